@@ -1,0 +1,45 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+// Pipeline: C shims ← EarmarkAudio, EarmarkDSP ← EarmarkSignature ← EarmarkCatalog ← EarmarkMatching
+// ← EarmarkKit ← earmark (CLI). Every C library comes from Debian through a system-library target.
+let package = Package(
+    name: "Earmark",
+    platforms: [.macOS(.v14)],
+    products: [
+        .library(name: "EarmarkKit", targets: ["EarmarkKit"]),
+        .executable(name: "earmark", targets: ["earmark"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    ],
+    targets: [
+        .systemLibrary(name: "CFFTW3", pkgConfig: "fftw3f", providers: [.apt(["libfftw3-dev"])]),
+        .systemLibrary(name: "CSndFile", pkgConfig: "sndfile", providers: [.apt(["libsndfile1-dev"])]),
+        .systemLibrary(name: "CSQLite3", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CSoxr", pkgConfig: "soxr", providers: [.apt(["libsoxr-dev"])]),
+
+        .target(name: "EarmarkAudio", dependencies: ["CSndFile", "CSoxr"]),
+        .target(name: "EarmarkDSP", dependencies: ["CFFTW3"]),
+        .target(name: "EarmarkSignature", dependencies: ["EarmarkDSP"]),
+        .target(name: "EarmarkCatalog", dependencies: ["CSQLite3", "EarmarkSignature"]),
+        .target(name: "EarmarkMatching", dependencies: ["EarmarkSignature", "EarmarkCatalog"]),
+        .target(name: "EarmarkKit", dependencies: [
+            "EarmarkAudio", "EarmarkSignature", "EarmarkCatalog", "EarmarkMatching",
+        ]),
+        .executableTarget(name: "earmark", dependencies: [
+            "EarmarkKit", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+        .executableTarget(name: "earmark-bench", dependencies: ["EarmarkKit"]),
+        .target(name: "EarmarkTestSupport", dependencies: ["EarmarkKit"], path: "Tests/EarmarkTestSupport"),
+
+        .testTarget(name: "EarmarkAudioTests", dependencies: ["EarmarkAudio", "EarmarkTestSupport"]),
+        .testTarget(name: "EarmarkDSPTests", dependencies: ["EarmarkDSP"]),
+        .testTarget(name: "EarmarkSignatureTests", dependencies: ["EarmarkSignature", "EarmarkTestSupport"]),
+        .testTarget(name: "EarmarkCatalogTests", dependencies: ["EarmarkCatalog", "EarmarkTestSupport"]),
+        .testTarget(name: "EarmarkMatchingTests", dependencies: ["EarmarkMatching", "EarmarkTestSupport"]),
+        .testTarget(name: "EarmarkKitTests", dependencies: ["EarmarkKit", "EarmarkTestSupport"]),
+        .testTarget(name: "EarmarkCLITests", dependencies: ["EarmarkTestSupport"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

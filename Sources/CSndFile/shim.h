@@ -1,0 +1,2 @@
+// libsndfile. This shim has no stable API of its own.
+#include <sndfile.h>

@@ -1,0 +1,446 @@
+import CSQLite3
+import EarmarkSignature
+import Foundation
+
+/// A custom catalog of reference tracks, stored in one SQLite file (WAL mode).
+///
+/// The hash index is an inverted file: the 21-bit landmark hash space is split into 2¹⁸
+/// buckets (the hash's top 18 bits); each bucket is one row whose blob lists, for every posting,
+/// the track id and `frame << 3 | low 3 hash bits` as varints. Adding a track appends to the blobs
+/// of the buckets it touches, in one transaction.
+///
+/// An instance owns one connection and is not thread-safe; open one per task. Several processes
+/// may use one file: readers never block, writers wait for the lock up to `busyTimeout`.
+public final class Catalog {
+    /// The schema version this build writes; older catalogs are migrated when opened for writing.
+    public static let schemaVersion = 1
+    /// `PRAGMA application_id` of Earmark catalogs ("ERMK").
+    static let applicationID: Int32 = 0x4552_4D4B
+    static let lowBits: UInt32 = 3
+
+    public let path: String
+    public let configuration: SignatureConfiguration
+    private let db: SQLiteConnection
+    private lazy var lookupStatement: SQLiteStatement? = try? db.prepare(
+        "SELECT bucket, data FROM postings WHERE bucket IN (SELECT value FROM json_each(?1))")
+
+    /// The catalog used when no `--catalog` is given: `$EARMARK_CATALOG`, else
+    /// `$XDG_DATA_HOME/earmark/catalog.earcat`, else `~/.local/share/earmark/catalog.earcat`.
+    public static var defaultPath: String {
+        let env = ProcessInfo.processInfo.environment
+        if let p = env["EARMARK_CATALOG"], !p.isEmpty { return p }
+        let base = env["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 }
+            ?? (FileManager.default.homeDirectoryForCurrentUser.path + "/.local/share")
+        return base + "/earmark/catalog.earcat"
+    }
+
+    /// Opens (or creates) a catalog.
+    /// - Parameters:
+    ///   - create: create the file (and its folder) when missing; otherwise a missing file is ``CatalogError/Code/notFound``.
+    ///   - readOnly: open without write access (matching).
+    ///   - busyTimeout: seconds to wait for another writer's lock.
+    public init(path: String, create: Bool = false, readOnly: Bool = false, busyTimeout: Double = 10,
+                configuration: SignatureConfiguration = .current) throws {
+        self.path = path
+        self.configuration = configuration
+        let exists = FileManager.default.fileExists(atPath: path)
+        if !exists {
+            guard create, !readOnly else {
+                throw CatalogError(.notFound, "no catalog here; build one with `earmark catalog add`", path: path)
+            }
+            let dir = (path as NSString).deletingLastPathComponent
+            if !dir.isEmpty {
+                do { try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) } catch {
+                    throw CatalogError(.readOnly, "cannot create folder \(dir): \(error.localizedDescription)", path: path)
+                }
+            }
+        }
+        db = try SQLiteConnection(path: path, readOnly: readOnly, create: create,
+                                  busyTimeoutMs: Int32(max(0, min(busyTimeout, 86_400)) * 1000))
+        if !readOnly && db.isReadOnly {
+            throw CatalogError(.readOnly, "catalog file is read-only", path: path)
+        }
+        try openSchema(fresh: !exists, readOnly: readOnly)
+    }
+
+    private func openSchema(fresh: Bool, readOnly: Bool) throws {
+        let appID = try scalarInt("PRAGMA application_id")
+        let version = try scalarInt("PRAGMA user_version")
+        let objects = try scalarInt("SELECT count(*) FROM sqlite_master")
+        if fresh || (appID == 0 && version == 0 && objects == 0) {
+            guard !readOnly else { throw CatalogError(.damaged, "empty file is not a catalog", path: path) }
+            try db.execute("PRAGMA journal_mode=WAL")
+            try migrate(from: 0)
+            return
+        }
+        guard appID == Int(Catalog.applicationID) else {
+            throw CatalogError(.damaged, "not an Earmark catalog (SQLite application id \(appID))", path: path)
+        }
+        guard version <= Catalog.schemaVersion else {
+            throw CatalogError(.versionMismatch, "catalog schema \(version) is newer than this build (\(Catalog.schemaVersion)); upgrade Earmark", path: path)
+        }
+        if version < Catalog.schemaVersion {
+            guard !readOnly else { throw CatalogError(.versionMismatch, "catalog schema \(version) needs migrating; open it for writing once", path: path) }
+            try migrate(from: version)
+        }
+        try setPragmas()
+        let sigVersion = try info("signature_version").flatMap(Int.init) ?? -1
+        guard sigVersion == Int(configuration.version) else {
+            throw CatalogError(.versionMismatch,
+                               "catalog was built with signature algorithm \(sigVersion); this build uses \(configuration.version). Build a new catalog from the source files",
+                               path: path)
+        }
+    }
+
+    private func setPragmas() throws {
+        try db.execute("PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY")
+    }
+
+    /// Numbered migrations; each runs in its own transaction and bumps `user_version`.
+    private func migrate(from version: Int) throws {
+        let migrations: [(Int, String)] = [
+            (1, """
+            CREATE TABLE catalog_info(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+            CREATE TABLE tracks(
+              id INTEGER PRIMARY KEY AUTOINCREMENT,
+              title TEXT, artist TEXT, album TEXT,
+              metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),
+              duration REAL NOT NULL,
+              source_path TEXT, source_size INTEGER, source_mtime REAL,
+              content_hash TEXT NOT NULL UNIQUE,
+              landmark_count INTEGER NOT NULL,
+              added_at TEXT NOT NULL);
+            CREATE INDEX tracks_source ON tracks(source_path);
+            CREATE TABLE postings(bucket INTEGER PRIMARY KEY, data BLOB NOT NULL);
+            """),
+        ]
+        try setPragmas()
+        for (target, sql) in migrations where target > version {
+            try db.writeTransaction {
+                try db.execute(sql)
+                if target == 1 {
+                    try db.execute("PRAGMA application_id=\(Catalog.applicationID)")
+                    try setInfo("signature_version", String(configuration.version))
+                    try setInfo("created_at", Catalog.now())
+                    try setInfo("format", "earmark-catalog")
+                }
+                try db.execute("PRAGMA user_version=\(target)")
+            }
+        }
+    }
+
+    static func now() -> String {
+        let f = ISO8601DateFormatter()
+        f.formatOptions = [.withInternetDateTime]
+        return f.string(from: Date())
+    }
+
+    private func scalarInt(_ sql: String) throws -> Int {
+        let s = try db.prepare(sql)
+        guard try s.step() else { return 0 }
+        return Int(s.int64(0))
+    }
+
+    private func info(_ key: String) throws -> String? {
+        let s = try db.prepare("SELECT value FROM catalog_info WHERE key = ?1")
+        s.bind(1, key)
+        return try s.step() ? s.string(0) : nil
+    }
+
+    private func setInfo(_ key: String, _ value: String) throws {
+        let s = try db.prepare("INSERT OR REPLACE INTO catalog_info(key, value) VALUES (?1, ?2)")
+        s.bind(1, key)
+        s.bind(2, value)
+        try s.run()
+    }
+
+    // MARK: Tracks
+
+    private static let trackColumns =
+        "id, title, artist, album, metadata, duration, source_path, content_hash, landmark_count, added_at"
+
+    private func readTrack(_ s: SQLiteStatement) -> Track {
+        let metaText = s.string(4) ?? "{}"
+        let meta = (try? JSONDecoder().decode([String: JSONValue].self, from: Data(metaText.utf8))) ?? [:]
+        return Track(id: s.int64(0), title: s.string(1), artist: s.string(2), album: s.string(3), metadata: meta,
+                     duration: s.double(5), sourcePath: s.string(6), contentHash: s.string(7) ?? "",
+                     landmarkCount: Int(s.int64(8)), addedAt: s.string(9) ?? "")
+    }
+
+    /// All tracks, by id.
+    public func tracks() throws -> [Track] {
+        let s = try db.prepare("SELECT \(Catalog.trackColumns) FROM tracks ORDER BY id")
+        var out: [Track] = []
+        while try s.step() { out.append(readTrack(s)) }
+        return out
+    }
+
+    /// The track with `id`, or nil.
+    public func track(id: Int64) throws -> Track? {
+        let s = try db.prepare("SELECT \(Catalog.trackColumns) FROM tracks WHERE id = ?1")
+        s.bind(1, id)
+        return try s.step() ? readTrack(s) : nil
+    }
+
+    /// Tracks with the given ids (missing ids are skipped), keyed by id.
+    public func tracks(ids: some Collection<Int64>) throws -> [Int64: Track] {
+        var out: [Int64: Track] = [:]
+        for id in ids { if let t = try track(id: id) { out[id] = t } }
+        return out
+    }
+
+    /// The track holding identical audio, or nil.
+    public func track(contentHash: String) throws -> Track? {
+        let s = try db.prepare("SELECT \(Catalog.trackColumns) FROM tracks WHERE content_hash = ?1")
+        s.bind(1, contentHash)
+        return try s.step() ? readTrack(s) : nil
+    }
+
+    /// The track added from `path` if the file's size and modification time are unchanged since.
+    public func unchangedTrack(sourcePath: String, size: Int64, modified: Double) throws -> Track? {
+        let s = try db.prepare("SELECT \(Catalog.trackColumns) FROM tracks WHERE source_path = ?1 AND source_size = ?2 AND source_mtime = ?3")
+        s.bind(1, sourcePath)
+        s.bind(2, size)
+        s.bind(3, modified)
+        return try s.step() ? readTrack(s) : nil
+    }
+
+    /// Result of ``add(_:landmarks:)``.
+    public enum AddResult: Sendable, Equatable {
+        case added(Track)
+        /// Identical audio was already there; nothing changed.
+        case duplicate(Track)
+    }
+
+    /// Adds a track and its reference landmarks in one transaction. Identical audio (same content
+    /// hash) is a no-op that returns the existing track.
+    public func add(_ new: NewTrack, landmarks: [Landmark]) throws -> AddResult {
+        let metaJSON = String(decoding: try JSONEncoder().encode(new.metadata), as: UTF8.self)
+        return try db.writeTransaction {
+            if let existing = try track(contentHash: new.contentHash) { return .duplicate(existing) }
+            let ins = try db.prepare("""
+                INSERT INTO tracks(title, artist, album, metadata, duration, source_path, source_size, source_mtime,
+                                   content_hash, landmark_count, added_at)
+                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                """)
+            ins.bind(1, new.title)
+            ins.bind(2, new.artist)
+            ins.bind(3, new.album)
+            ins.bind(4, metaJSON)
+            ins.bind(5, new.duration)
+            ins.bind(6, new.sourcePath)
+            if let size = new.sourceSize { ins.bind(7, size) }
+            if let m = new.sourceModified { ins.bind(8, m) }
+            ins.bind(9, new.contentHash)
+            let unique = Catalog.uniqueSorted(landmarks)
+            ins.bind(10, Int64(unique.count))
+            ins.bind(11, Catalog.now())
+            try ins.run()
+            let id = db.lastInsertRowID
+            try appendPostings(trackID: id, landmarks: unique)
+            guard let t = try track(id: id) else { throw CatalogError(.ioError, "track vanished", path: path) }
+            return .added(t)
+        }
+    }
+
+    static func uniqueSorted(_ landmarks: [Landmark]) -> [Landmark] {
+        var sorted = landmarks.sorted { ($0.hash, $0.frame) < ($1.hash, $1.frame) }
+        var w = 0
+        for i in sorted.indices where i == 0 || sorted[i] != sorted[w - 1] {
+            sorted[w] = sorted[i]
+            w += 1
+        }
+        sorted.removeLast(sorted.count - w)
+        return sorted
+    }
+
+    private func appendPostings(trackID: Int64, landmarks: [Landmark]) throws {
+        let upsert = try db.prepare("""
+            INSERT INTO postings(bucket, data) VALUES (?1, ?2)
+            ON CONFLICT(bucket) DO UPDATE SET data = data || excluded.data
+            """)
+        var blob: [UInt8] = []
+        var i = 0
+        while i < landmarks.count {
+            let bucket = landmarks[i].hash >> Catalog.lowBits
+            blob.removeAll(keepingCapacity: true)
+            while i < landmarks.count, landmarks[i].hash >> Catalog.lowBits == bucket {
+                let l = landmarks[i]
+                Varint.append(UInt64(trackID), to: &blob)
+                Varint.append(UInt64(l.frame) << UInt64(Catalog.lowBits) | UInt64(l.hash & 7), to: &blob)
+                i += 1
+            }
+            upsert.bind(1, Int64(bucket))
+            blob.withUnsafeBytes { upsert.bind(2, blob: $0) }
+            try upsert.run()
+        }
+    }
+
+    /// Changes a track's descriptive fields; nil leaves a field as it is.
+    public func update(id: Int64, title: String? = nil, artist: String? = nil, album: String? = nil,
+                       metadata: [String: JSONValue]? = nil) throws -> Track {
+        try db.writeTransaction {
+            guard let t = try track(id: id) else { throw CatalogError(.noSuchTrack, "no track with id \(id)", path: path) }
+            let s = try db.prepare("UPDATE tracks SET title = ?2, artist = ?3, album = ?4, metadata = ?5 WHERE id = ?1")
+            s.bind(1, id)
+            s.bind(2, title ?? t.title)
+            s.bind(3, artist ?? t.artist)
+            s.bind(4, album ?? t.album)
+            let meta = metadata.map { t.metadata.merging($0) { _, new in new } } ?? t.metadata
+            s.bind(5, String(decoding: try JSONEncoder().encode(meta), as: UTF8.self))
+            try s.run()
+            return try track(id: id)!
+        }
+    }
+
+    /// Removes tracks and all their postings in one transaction; throws ``CatalogError/Code/noSuchTrack``
+    /// (removing nothing) when any id is unknown.
+    public func remove(ids: [Int64]) throws {
+        let doomed = Set(ids)
+        guard !doomed.isEmpty else { return }
+        try db.writeTransaction {
+            for id in doomed where try track(id: id) == nil {
+                throw CatalogError(.noSuchTrack, "no track with id \(id)", path: path)
+            }
+            let scan = try db.prepare("SELECT bucket, data FROM postings")
+            let update = try db.prepare("UPDATE postings SET data = ?2 WHERE bucket = ?1")
+            let delete = try db.prepare("DELETE FROM postings WHERE bucket = ?1")
+            var changed: [(Int64, [UInt8])] = []
+            while try scan.step() {
+                let bucket = scan.int64(0)
+                scan.withBlob(1) { raw in
+                    var kept: [UInt8] = []
+                    var removedAny = false
+                    var r = VarintReader(raw)
+                    while let track = r.next(), let value = r.next() {
+                        if doomed.contains(Int64(track)) { removedAny = true; continue }
+                        Varint.append(track, to: &kept)
+                        Varint.append(value, to: &kept)
+                    }
+                    if removedAny { changed.append((bucket, kept)) }
+                }
+            }
+            for (bucket, kept) in changed {
+                if kept.isEmpty {
+                    delete.bind(1, bucket)
+                    try delete.run()
+                } else {
+                    update.bind(1, bucket)
+                    kept.withUnsafeBytes { update.bind(2, blob: $0) }
+                    try update.run()
+                }
+            }
+            for id in doomed {
+                let d = try db.prepare("DELETE FROM tracks WHERE id = ?1")
+                d.bind(1, id)
+                try d.run()
+            }
+        }
+    }
+
+    // MARK: Lookup
+
+    /// Calls `body(hash, trackID, frame)` for every stored posting whose hash is in `hashes`.
+    public func lookup(hashes: Set<UInt32>, _ body: (UInt32, Int64, UInt32) -> Void) throws {
+        guard !hashes.isEmpty else { return }
+        var buckets = Array(Set(hashes.map { $0 >> Catalog.lowBits }))
+        buckets.sort()
+        guard let s = lookupStatement else { throw CatalogError(.damaged, "catalog has no postings table", path: path) }
+        var start = 0
+        while start < buckets.count {
+            let chunk = buckets[start..<min(start + 4000, buckets.count)]
+            start += chunk.count
+            var json = "["
+            json.reserveCapacity(chunk.count * 8)
+            for (i, b) in chunk.enumerated() {
+                if i > 0 { json += "," }
+                json += String(b)
+            }
+            json += "]"
+            s.reset()
+            s.bind(1, json)
+            defer { s.reset() }
+            while try s.step() {
+                let bucket = UInt32(truncatingIfNeeded: s.int64(0))
+                s.withBlob(1) { raw in
+                    var r = VarintReader(raw)
+                    while let track = r.next(), let value = r.next() {
+                        let hash = bucket << Catalog.lowBits | UInt32(value & 7)
+                        if hashes.contains(hash) { body(hash, Int64(track), UInt32(truncatingIfNeeded: value >> 3)) }
+                    }
+                }
+            }
+        }
+    }
+
+    // MARK: Stats and export
+
+    /// Totals of the catalog.
+    public func stats() throws -> CatalogStats {
+        let s = try db.prepare("SELECT count(*), coalesce(sum(duration), 0), coalesce(sum(landmark_count), 0) FROM tracks")
+        _ = try s.step()
+        let pages = try scalarInt("PRAGMA page_count"), pageSize = try scalarInt("PRAGMA page_size")
+        let free = try scalarInt("PRAGMA freelist_count")
+        let bytes = Int64((pages - free) * pageSize)
+        let hours = s.double(1) / 3600
+        return CatalogStats(path: path, schemaVersion: try scalarInt("PRAGMA user_version"),
+                            signatureVersion: Int(configuration.version), trackCount: Int(s.int64(0)),
+                            totalDuration: s.double(1), landmarkCount: Int(s.int64(2)), fileBytes: bytes,
+                            bytesPerHour: hours > 0 ? Double(bytes) / hours : 0)
+    }
+
+    /// Writes a compact, self-contained copy of the catalog to `destination` (which must not exist).
+    public func export(to destination: String) throws {
+        guard !FileManager.default.fileExists(atPath: destination) else {
+            throw CatalogError(.invalidArgument, "\(destination) already exists", path: path)
+        }
+        let s = try db.prepare("VACUUM INTO ?1")
+        s.bind(1, destination)
+        try s.run()
+    }
+
+    /// Rewrites the file without free pages (after large removals or many adds).
+    public func compact() throws {
+        try db.execute("VACUUM")
+    }
+
+    /// Runs SQLite's integrity check; returns the problems found (empty when healthy).
+    public func check() throws -> [String] {
+        let s = try db.prepare("PRAGMA integrity_check")
+        var out: [String] = []
+        while try s.step() { if let m = s.string(0), m != "ok" { out.append(m) } }
+        return out
+    }
+}
+
+enum Varint {
+    @inline(__always)
+    static func append(_ value: UInt64, to out: inout [UInt8]) {
+        var v = value
+        while v >= 0x80 {
+            out.append(UInt8(v & 0x7F) | 0x80)
+            v >>= 7
+        }
+        out.append(UInt8(v))
+    }
+}
+
+struct VarintReader {
+    let raw: UnsafeRawBufferPointer
+    var offset = 0
+    init(_ raw: UnsafeRawBufferPointer) { self.raw = raw }
+    @inline(__always)
+    mutating func next() -> UInt64? {
+        var v: UInt64 = 0
+        var shift: UInt64 = 0
+        while offset < raw.count {
+            let b = raw[offset]
+            offset += 1
+            v |= UInt64(b & 0x7F) << shift
+            if b < 0x80 { return v }
+            shift += 7
+            if shift > 63 { return nil }
+        }
+        return nil
+    }
+}

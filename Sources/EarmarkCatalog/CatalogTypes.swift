@@ -1,0 +1,120 @@
+import Foundation
+
+/// An error raised by the catalog store. The catalog is left as it was before the failing call.
+public struct CatalogError: Error, CustomStringConvertible, Sendable, Equatable {
+    public enum Code: String, Sendable {
+        /// No catalog at the path (and creating one was not asked for).
+        case notFound
+        /// Another process holds the write lock longer than the busy timeout.
+        case locked
+        /// The file or its folder is not writable.
+        case readOnly
+        /// The file is not an Earmark catalog or is damaged.
+        case damaged
+        /// The catalog was built with another signature algorithm or a newer schema.
+        case versionMismatch
+        /// No track with the given id.
+        case noSuchTrack
+        /// Invalid argument (metadata that is not a JSON object, …).
+        case invalidArgument
+        case ioError
+    }
+    public var code: Code
+    public var message: String
+    public var path: String?
+    public init(_ code: Code, _ message: String, path: String? = nil) {
+        self.code = code
+        self.message = message
+        self.path = path
+    }
+    public var description: String { path.map { "\($0): \(message)" } ?? message }
+}
+
+/// A JSON value, for free-form track metadata.
+public enum JSONValue: Sendable, Equatable, Codable {
+    case string(String), number(Double), bool(Bool), null
+    case array([JSONValue]), object([String: JSONValue])
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.singleValueContainer()
+        if c.decodeNil() { self = .null }
+        else if let b = try? c.decode(Bool.self) { self = .bool(b) }
+        else if let n = try? c.decode(Double.self) { self = .number(n) }
+        else if let s = try? c.decode(String.self) { self = .string(s) }
+        else if let a = try? c.decode([JSONValue].self) { self = .array(a) }
+        else { self = .object(try c.decode([String: JSONValue].self)) }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.singleValueContainer()
+        switch self {
+        case .string(let s): try c.encode(s)
+        case .number(let n): try c.encode(n)
+        case .bool(let b): try c.encode(b)
+        case .null: try c.encodeNil()
+        case .array(let a): try c.encode(a)
+        case .object(let o): try c.encode(o)
+        }
+    }
+}
+
+/// A reference track in a catalog.
+public struct Track: Sendable, Equatable, Codable {
+    /// Stable id: assigned once, never reused after removal.
+    public var id: Int64
+    public var title: String?
+    public var artist: String?
+    public var album: String?
+    /// Free-form metadata (a JSON object).
+    public var metadata: [String: JSONValue]
+    /// Seconds of audio.
+    public var duration: Double
+    /// The file the track was added from.
+    public var sourcePath: String?
+    /// SHA-256 of the decoded 44.1 kHz mono audio (16-bit); identical audio is stored once.
+    public var contentHash: String
+    /// Landmark postings stored for the track.
+    public var landmarkCount: Int
+    /// When it was added (ISO 8601, UTC).
+    public var addedAt: String
+}
+
+/// What is needed to add a track.
+public struct NewTrack: Sendable {
+    public var title: String?
+    public var artist: String?
+    public var album: String?
+    public var metadata: [String: JSONValue]
+    public var duration: Double
+    public var sourcePath: String?
+    public var sourceSize: Int64?
+    public var sourceModified: Double?
+    public var contentHash: String
+
+    public init(title: String? = nil, artist: String? = nil, album: String? = nil, metadata: [String: JSONValue] = [:],
+                duration: Double, sourcePath: String? = nil, sourceSize: Int64? = nil, sourceModified: Double? = nil,
+                contentHash: String) {
+        self.title = title
+        self.artist = artist
+        self.album = album
+        self.metadata = metadata
+        self.duration = duration
+        self.sourcePath = sourcePath
+        self.sourceSize = sourceSize
+        self.sourceModified = sourceModified
+        self.contentHash = contentHash
+    }
+}
+
+/// Totals of a catalog.
+public struct CatalogStats: Sendable, Codable, Equatable {
+    public var path: String
+    public var schemaVersion: Int
+    public var signatureVersion: Int
+    public var trackCount: Int
+    public var totalDuration: Double
+    public var landmarkCount: Int
+    public var fileBytes: Int64
+    /// File bytes per hour of indexed audio.
+    public var bytesPerHour: Double
+}

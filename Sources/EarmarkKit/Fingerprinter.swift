@@ -1,0 +1,67 @@
+@_exported import EarmarkAudio
+@_exported import EarmarkCatalog
+@_exported import EarmarkMatching
+@_exported import EarmarkSignature
+import Foundation
+
+/// A file decoded once and turned into a signature and a content digest.
+public struct FingerprintedFile: Sendable {
+    public var path: String
+    public var signature: Signature
+    /// ``AudioDigest`` of the decoded 44.1 kHz mono audio.
+    public var contentHash: String
+    public var decoder: AudioFileReader.Decoder
+}
+
+/// Decodes audio files into signatures in one streaming pass.
+public enum Fingerprinter {
+    /// Reads `path` (any supported format) and returns its signature and content digest.
+    /// Files whose name ends in `.earsig` are read as signature files instead (no digest).
+    public static func fingerprint(path: String, configuration: SignatureConfiguration = .current,
+                                   digest: Bool = true) throws -> FingerprintedFile {
+        if path.lowercased().hasSuffix(".earsig") {
+            let data: Data
+            do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
+                throw AudioError(.unreadable, "cannot read: \(error.localizedDescription)", path: path)
+            }
+            let sig = try Signature(dataRepresentation: data)
+            return FingerprintedFile(path: path, signature: sig, contentHash: "", decoder: .libsndfile)
+        }
+        let reader = try AudioFileReader(path: path)
+        let generator = SignatureGenerator(configuration: configuration)
+        var hasher = AudioDigest()
+        while let chunk = try reader.next() {
+            try generator.append(chunk)
+            if digest { hasher.update(chunk) }
+        }
+        return FingerprintedFile(path: path, signature: generator.signature(),
+                                 contentHash: digest ? hasher.finalizeHex() : "", decoder: reader.decoder)
+    }
+}
+
+/// Audio file extensions picked up when a folder is added.
+public let audioFileExtensions: Set<String> = ["wav", "wave", "aif", "aiff", "aifc", "flac", "ogg", "oga", "opus",
+                                               "mp3", "m4a", "aac", "mp4", "webm", "mka", "wma", "caf", "w64"]
+
+/// Expands folders (recursively) into their audio files, sorted; plain file arguments are kept as given.
+public func expandAudioPaths(_ paths: [String]) throws -> [String] {
+    var out: [String] = []
+    for p in paths {
+        var isDir: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: p, isDirectory: &isDir) else {
+            throw AudioError(.unreadable, "no such file or folder", path: p)
+        }
+        if isDir.boolValue {
+            guard let e = FileManager.default.enumerator(atPath: p) else { continue }
+            var found: [String] = []
+            for case let rel as String in e {
+                let ext = (rel as NSString).pathExtension.lowercased()
+                if audioFileExtensions.contains(ext) { found.append((p as NSString).appendingPathComponent(rel)) }
+            }
+            out += found.sorted()
+        } else {
+            out.append(p)
+        }
+    }
+    return out
+}

@@ -1,0 +1,139 @@
+import Foundation
+
+/// Descriptive fields for files being added, from the command line or a metadata CSV.
+public struct TrackDescription: Sendable, Equatable {
+    public var title: String?
+    public var artist: String?
+    public var album: String?
+    public var metadata: [String: JSONValue]
+    public init(title: String? = nil, artist: String? = nil, album: String? = nil, metadata: [String: JSONValue] = [:]) {
+        self.title = title
+        self.artist = artist
+        self.album = album
+        self.metadata = metadata
+    }
+}
+
+/// What happened to one file of a `catalog add`.
+public struct IngestOutcome: Sendable {
+    public enum Status: String, Sendable, Codable { case added, duplicate, unchanged, failed }
+    public var path: String
+    public var status: Status
+    public var track: Track?
+    public var error: String?
+    /// Seconds of audio decoded.
+    public var audioSeconds: Double
+}
+
+/// Progress of a long ingest, reported after each file.
+public struct IngestProgress: Sendable {
+    public var done: Int
+    public var total: Int
+    public var audioSeconds: Double
+    public var elapsed: Double
+    public var current: String
+}
+
+/// Adds files to a catalog: decodes and fingerprints on several workers, writes each track in
+/// its own transaction from one place, skips unchanged files and identical audio.
+public struct Ingestor: Sendable {
+    public var catalogPath: String
+    /// Parallel decode/fingerprint workers. Default: the number of cores.
+    public var workers: Int
+    /// Seconds to wait for another process's write lock.
+    public var busyTimeout: Double
+
+    public init(catalogPath: String, workers: Int = ProcessInfo.processInfo.activeProcessorCount, busyTimeout: Double = 30) {
+        self.catalogPath = catalogPath
+        self.workers = max(1, workers)
+        self.busyTimeout = busyTimeout
+    }
+
+    /// Adds `files` (already expanded). `describe` supplies per-file fields; missing titles default to the file name.
+    /// Catalog-level failures (lock, read-only, damage) throw; per-file failures are reported in the outcomes.
+    public func add(files: [String], describe: @Sendable (String) -> TrackDescription = { _ in TrackDescription() },
+                    progress: @Sendable (IngestProgress) -> Void = { _ in }) async throws -> [IngestOutcome] {
+        let catalog = try Catalog(path: catalogPath, create: true, busyTimeout: busyTimeout)
+        let configuration = catalog.configuration
+        let clock = ContinuousClock()
+        let start = clock.now
+        var outcomes: [IngestOutcome?] = Array(repeating: nil, count: files.count)
+        var audioSeconds = 0.0
+        var done = 0
+
+        // Files whose path, size and mtime match a stored track are skipped without decoding.
+        var pending: [Int] = []
+        for (i, path) in files.enumerated() {
+            let abs = Ingestor.absolute(path)
+            if let (size, mtime) = Ingestor.fileStamp(abs),
+               let t = try catalog.unchangedTrack(sourcePath: abs, size: size, modified: mtime) {
+                outcomes[i] = IngestOutcome(path: path, status: .unchanged, track: t, error: nil, audioSeconds: 0)
+                done += 1
+            } else {
+                pending.append(i)
+            }
+        }
+
+        try await withThrowingTaskGroup(of: (Int, Result<(FingerprintedFile, [Landmark]), any Error>).self) { group in
+            var next = 0
+            func launch() {
+                guard next < pending.count else { return }
+                let index = pending[next]
+                next += 1
+                let path = files[index]
+                group.addTask {
+                    do {
+                        let f = try Fingerprinter.fingerprint(path: path, configuration: configuration)
+                        if f.signature.duration < 1 {
+                            throw SignatureError(.signatureDurationInvalid, "too short to index (\(f.signature.duration) s)")
+                        }
+                        let landmarks = Landmarks.extract(from: f.signature, role: .reference, configuration: configuration)
+                        return (index, .success((f, landmarks)))
+                    } catch {
+                        return (index, .failure(error))
+                    }
+                }
+            }
+            for _ in 0..<workers { launch() }
+            while let (index, result) = try await group.next() {
+                launch()
+                let path = files[index]
+                switch result {
+                case .failure(let error):
+                    outcomes[index] = IngestOutcome(path: path, status: .failed, track: nil, error: "\(error)", audioSeconds: 0)
+                case .success(let (file, landmarks)):
+                    let abs = Ingestor.absolute(path)
+                    let stamp = Ingestor.fileStamp(abs)
+                    var d = describe(path)
+                    if d.title == nil { d.title = ((path as NSString).lastPathComponent as NSString).deletingPathExtension }
+                    let new = NewTrack(title: d.title, artist: d.artist, album: d.album, metadata: d.metadata,
+                                       duration: file.signature.duration, sourcePath: abs, sourceSize: stamp?.0,
+                                       sourceModified: stamp?.1, contentHash: file.contentHash)
+                    audioSeconds += file.signature.duration
+                    switch try catalog.add(new, landmarks: landmarks) {
+                    case .added(let t):
+                        outcomes[index] = IngestOutcome(path: path, status: .added, track: t, error: nil, audioSeconds: file.signature.duration)
+                    case .duplicate(let t):
+                        outcomes[index] = IngestOutcome(path: path, status: .duplicate, track: t, error: nil, audioSeconds: file.signature.duration)
+                    }
+                }
+                done += 1
+                let elapsed = clock.now - start
+                progress(IngestProgress(done: done, total: files.count, audioSeconds: audioSeconds,
+                                        elapsed: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) * 1e-18,
+                                        current: path))
+            }
+        }
+        return outcomes.map { $0! }
+    }
+
+    static func absolute(_ path: String) -> String {
+        URL(fileURLWithPath: path).standardizedFileURL.path
+    }
+
+    static func fileStamp(_ path: String) -> (Int64, Double)? {
+        guard let a = try? FileManager.default.attributesOfItem(atPath: path),
+              let size = a[.size] as? Int, let m = a[.modificationDate] as? Date else { return nil }
+        return (Int64(size), m.timeIntervalSince1970)
+    }
+}

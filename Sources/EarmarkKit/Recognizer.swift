@@ -1,0 +1,28 @@
+import Foundation
+
+/// Identifies clips (audio files or `.earsig` signature files) against one open catalog.
+///
+/// ```swift
+/// let recognizer = try Recognizer(catalogPath: Catalog.defaultPath)
+/// let result = try recognizer.match(path: "clip.wav")
+/// print(result.matches.first?.track.title ?? "no match")
+/// ```
+public final class Recognizer {
+    public let matcher: Matcher
+
+    public init(catalogPath: String, options: MatchOptions = .default, busyTimeout: Double = 10) throws {
+        let catalog = try Catalog(path: catalogPath, readOnly: true, busyTimeout: busyTimeout)
+        matcher = Matcher(catalog: catalog, options: options)
+    }
+
+    /// Decodes (or reads) `path` and matches it.
+    public func match(path: String) throws -> MatchResult {
+        let f = try Fingerprinter.fingerprint(path: path, configuration: matcher.configuration, digest: false)
+        return try matcher.match(f.signature)
+    }
+
+    /// Matches a signature made elsewhere.
+    public func match(_ signature: Signature) throws -> MatchResult {
+        try matcher.match(signature)
+    }
+}

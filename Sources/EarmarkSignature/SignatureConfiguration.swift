@@ -1,0 +1,82 @@
+/// Every tunable of the signature algorithm, in one versioned value.
+///
+/// Changing any field changes the hashes a catalog holds, so it is a new ``version``: a catalog
+/// records the version it was built with and refuses signatures of another.
+public struct SignatureConfiguration: Sendable, Equatable, Codable {
+    /// Algorithm version stored in catalogs and signature files.
+    public var version: UInt16
+    /// Input sample rate in Hz (audio is converted to this first). Default 44,100.
+    public var sampleRate: Double
+    /// STFT length in samples (Hann window). Default 2048 (46 ms).
+    public var fftSize: Int
+    /// STFT hop in samples. Default 441 (10 ms): one frame is the time unit of peaks and offsets.
+    public var hop: Int
+    /// Lowest FFT bin searched for peaks. Default 12 (≈ 258 Hz: survives telephone band-pass).
+    public var minBin: Int
+    /// One past the highest FFT bin searched. Default 187 (≈ 4 kHz).
+    public var maxBin: Int
+    /// A peak is the maximum of a (2·peakTimeRadius+1) × (2·peakBinRadius+1) neighbourhood. Frames; default 4.
+    public var peakTimeRadius: Int
+    /// Bins; default 3 (≈ ±65 Hz).
+    public var peakBinRadius: Int
+    /// Peaks quieter than this (dB of |X|², a full-scale sine is ≈ 54 dB) are ignored. Default −20 (≈ −74 dBFS).
+    public var levelFloor: Float
+    /// A peak's rank is the number of stronger peaks within ±rankRadius frames. Default 50 (a 1-s window).
+    public var rankRadius: Int
+    /// Reference (catalog) peaks: rank below this. Default 14, ≈ 14 peaks per second.
+    public var referenceRankLimit: Int
+    /// Query peaks: rank below this; a superset of the reference peaks. Default 36.
+    public var queryRankLimit: Int
+    /// Landmark pairs join an anchor with targets 1…maxPairFrames frames later. Default 63 (0.63 s).
+    public var maxPairFrames: Int
+    /// … and at most maxPairBins bins above or below it. Default 63.
+    public var maxPairBins: Int
+    /// Reference anchors pair with their strongest `referenceFanout` targets. Default 3.
+    public var referenceFanout: Int
+    /// Query anchors pair with up to `queryFanout` targets (strongest first). Default 24.
+    public var queryFanout: Int
+    /// Reference landmarks repeating an identical hash within this many frames are dropped. Default 100 (1 s).
+    public var repeatSuppressionFrames: Int
+
+    /// The algorithm this build produces and reads.
+    public static let current = SignatureConfiguration(
+        version: 1, sampleRate: 44_100, fftSize: 2048, hop: 441, minBin: 12, maxBin: 187,
+        peakTimeRadius: 4, peakBinRadius: 3, levelFloor: -20, rankRadius: 50,
+        referenceRankLimit: 14, queryRankLimit: 36, maxPairFrames: 63, maxPairBins: 63,
+        referenceFanout: 3, queryFanout: 24, repeatSuppressionFrames: 100)
+
+    /// Seconds per STFT frame.
+    public var frameDuration: Double { Double(hop) / sampleRate }
+
+    /// Checks the invariants the hash layout relies on.
+    public func validate() throws {
+        guard fftSize >= 256, fftSize & (fftSize - 1) == 0, hop > 0, hop <= fftSize,
+              minBin >= 1, maxBin > minBin, maxBin <= fftSize / 2, maxBin - minBin <= 256,
+              maxPairFrames >= 1, maxPairFrames <= 63, maxPairBins >= 0, maxPairBins <= 63,
+              referenceRankLimit >= 1, queryRankLimit >= referenceRankLimit, queryRankLimit <= 65_535,
+              referenceFanout >= 1, queryFanout >= referenceFanout
+        else { throw SignatureError(.invalidConfiguration, "signature configuration \(version) is inconsistent") }
+    }
+}
+
+/// An error raised by signature generation or signature files.
+public struct SignatureError: Error, CustomStringConvertible, Sendable, Equatable {
+    public enum Code: String, Sendable {
+        /// The audio produced no usable peaks: silence or near-silence.
+        case signatureInvalid
+        /// The audio is too short to match (less than about one second).
+        case signatureDurationInvalid
+        /// A signature file is damaged, truncated or not a signature file.
+        case invalidFile
+        /// The signature was made by another algorithm version.
+        case versionMismatch
+        case invalidConfiguration
+    }
+    public var code: Code
+    public var message: String
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+    public var description: String { message }
+}

@@ -1,0 +1,168 @@
+// earmark-bench: indexes a corpus built by ../shared/corpus/build_corpus.py, runs a query set made
+// by make_queries.py, and prints accuracy, speed and size figures. See tools/bench.sh.
+import EarmarkKit
+import Foundation
+
+struct Options {
+    var corpus = ""
+    var queries = ""
+    var catalog = "/tmp/earmark-bench.earcat"
+    var reuse = false
+    var limit = Int.max
+    var dump: String?
+}
+
+func parseOptions() -> Options {
+    var o = Options()
+    var args = CommandLine.arguments.dropFirst().makeIterator()
+    while let a = args.next() {
+        switch a {
+        case "--corpus": o.corpus = args.next() ?? ""
+        case "--queries": o.queries = args.next() ?? ""
+        case "--catalog": o.catalog = args.next() ?? o.catalog
+        case "--reuse": o.reuse = true
+        case "--limit": o.limit = Int(args.next() ?? "") ?? Int.max
+        case "--dump": o.dump = args.next()
+        default:
+            FileHandle.standardError.write(Data("""
+            usage: earmark-bench --corpus DIR/corpus/public --queries DIR/queries/NAME [--catalog PATH] [--reuse] [--limit N] [--dump results.tsv]
+              --reuse   keep an existing catalog at --catalog instead of re-indexing
+
+            """.utf8))
+            exit(a == "--help" ? 0 : 2)
+        }
+    }
+    guard !o.corpus.isEmpty, !o.queries.isEmpty else { print("need --corpus and --queries"); exit(2) }
+    return o
+}
+
+func readTSV(_ path: String) -> [[String: String]] {
+    guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { print("cannot read \(path)"); exit(2) }
+    let lines = text.split(separator: "\n").map { $0.split(separator: "\t", omittingEmptySubsequences: false).map(String.init) }
+    guard let header = lines.first else { return [] }
+    return lines.dropFirst().map { row in
+        Dictionary(uniqueKeysWithValues: zip(header, row + Array(repeating: "", count: max(0, header.count - row.count))))
+    }
+}
+
+func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) * 1e-18 }
+func peakRSSMB() -> Double {
+    var u = rusage()
+    getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &u)
+    return Double(u.ru_maxrss) / 1024
+}
+func percentile(_ xs: [Double], _ p: Double) -> Double {
+    guard !xs.isEmpty else { return .nan }
+    let s = xs.sorted()
+    return s[min(s.count - 1, Int((Double(s.count - 1) * p).rounded()))]
+}
+func pad(_ s: String, _ n: Int) -> String { s.count >= n ? s : s + String(repeating: " ", count: n - s.count) }
+func fmt(_ x: Double, _ d: Int = 1) -> String { String(format: "%.\(d)f", x) }
+
+let o = parseOptions()
+let manifest = readTSV(o.corpus + "/manifest.tsv")
+let clock = ContinuousClock()
+
+// --- Index ---------------------------------------------------------------------------------------
+var idOf: [String: String] = [:]  // catalog track title → corpus id
+if !o.reuse || !FileManager.default.fileExists(atPath: o.catalog) {
+    for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: o.catalog + suffix) }
+    let files = manifest.map { $0["path"]! }
+    let ingestor = Ingestor(catalogPath: o.catalog)
+    let t0 = clock.now
+    let outcomes = try await ingestor.add(files: files)
+    let wall = seconds(clock.now - t0)
+    let audio = outcomes.reduce(0) { $0 + $1.audioSeconds }
+    let failed = outcomes.filter { $0.status == .failed }
+    for f in failed { print("index failure: \(f.path): \(f.error ?? "")") }
+    print("indexing: \(outcomes.count) files, \(fmt(audio / 3600, 2)) h of audio in \(fmt(wall, 2)) s wall = \(fmt(audio / wall, 0)) x real-time (decode included, \(ProcessInfo.processInfo.activeProcessorCount) cores)")
+}
+let catalog = try Catalog(path: o.catalog, readOnly: true)
+let stats = try catalog.stats()
+for t in try catalog.tracks() { if let title = t.title { idOf[title] = title } }
+print("index: \(stats.trackCount) tracks, \(fmt(stats.totalDuration / 3600, 2)) h, \(stats.landmarkCount) postings (\(fmt(Double(stats.landmarkCount) / stats.totalDuration, 1))/s), \(stats.fileBytes) bytes = \(fmt(stats.bytesPerHour / 1e6, 3)) MB per hour of audio")
+
+// Either track of an overlapping pair is a right answer.
+var overlaps: [String: Set<String>] = [:]
+let overlapPath = (o.corpus as NSString).deletingLastPathComponent + "/overlaps.tsv"
+if FileManager.default.fileExists(atPath: overlapPath) {
+    for r in readTSV(overlapPath) {
+        if let a = r["id_a"], let b = r["id_b"] { overlaps[a, default: []].insert(b); overlaps[b, default: []].insert(a) }
+    }
+}
+
+// --- Queries -------------------------------------------------------------------------------------
+let queries = Array(readTSV(o.queries + "/queries.tsv").prefix(o.limit))
+let matcher = Matcher(catalog: catalog)
+struct Outcome { var q: [String: String]; var top: Match?; var ms: Double; var error: String? }
+var results: [Outcome] = []
+let rate: [String: Double] = ["speed_p3": 1.03, "speed_m3": 0.97, "tempo_p5": 1.05, "tempo_m5": 0.95]
+for q in queries {
+    let t0 = clock.now
+    var top: Match?
+    var err: String?
+    do {
+        let f = try Fingerprinter.fingerprint(path: q["path"]!, digest: false)
+        top = try matcher.match(f.signature).matches.first
+    } catch { err = "\(error)" }
+    results.append(Outcome(q: q, top: top, ms: seconds(clock.now - t0) * 1000, error: err))
+}
+
+func trackID(_ m: Match?) -> String? { m?.track.title }
+@MainActor func correct(_ r: Outcome) -> Bool {
+    guard let want = r.q["track_id"], let got = trackID(r.top) else { return false }
+    return got == want || overlaps[want, default: []].contains(got)
+}
+
+let positives = results.filter { $0.q["kind"] == "pos" }
+let negatives = results.filter { $0.q["kind"] == "neg" }
+let degs = Array(Set(positives.map { $0.q["degradation"]! })).sorted()
+let durs = Array(Set(positives.map { Double($0.q["duration_s"]!)! })).sorted()
+print("")
+print("recall@1 (correct / clips) by degradation and clip length")
+print(pad("degradation", 12) + durs.map { pad(fmt($0, 0) + " s", 16) }.joined() + "all")
+for d in degs {
+    var line = pad(d, 12)
+    var allC = 0, allN = 0
+    for s in durs {
+        let cell = positives.filter { $0.q["degradation"] == d && Double($0.q["duration_s"]!)! == s }
+        let c = cell.filter(correct).count
+        allC += c; allN += cell.count
+        line += pad(cell.isEmpty ? "-" : "\(fmt(100 * Double(c) / Double(cell.count)))% (\(c)/\(cell.count))", 16)
+    }
+    print(line + "\(fmt(100 * Double(allC) / Double(max(1, allN))))%")
+}
+let totalCorrect = positives.filter(correct).count
+print("overall recall@1: \(fmt(100 * Double(totalCorrect) / Double(max(1, positives.count)), 2))% (\(totalCorrect)/\(positives.count))")
+
+var offsetErrors: [Double] = []
+var offsetWithin = 0
+for r in positives where correct(r) && trackID(r.top) == r.q["track_id"] {
+    let truth = Double(r.q["offset_s"]!)!
+    // A speed or tempo change maps query second t to reference second offset + t·rate; the offset is the start.
+    _ = rate[r.q["degradation"]!]
+    let e = abs(r.top!.matchOffset - truth)
+    offsetErrors.append(e)
+    if e <= 0.1 { offsetWithin += 1 }
+}
+print("offset error on correct matches: median \(fmt(percentile(offsetErrors, 0.5) * 1000, 1)) ms, p95 \(fmt(percentile(offsetErrors, 0.95) * 1000, 1)) ms, max \(fmt((offsetErrors.max() ?? 0) * 1000, 1)) ms; within 0.1 s: \(offsetWithin)/\(offsetErrors.count)")
+
+let fps = negatives.filter { $0.top != nil }
+print("false positives on negative clips: \(fps.count)/\(negatives.count) = \(fmt(100 * Double(fps.count) / Double(max(1, negatives.count)), 2))%")
+for f in fps { print("  false positive \(f.q["qid"]!) \(f.q["source_id"]!) → \(trackID(f.top) ?? "") score \(f.top!.score) sig \(fmt(f.top!.significance, 2))") }
+let errors = results.filter { $0.error != nil }
+if !errors.isEmpty { print("query errors: \(errors.count) (e.g. \(errors[0].q["qid"]!): \(errors[0].error!))") }
+
+let lat10 = results.filter { $0.q["duration_s"] == "10" }.map(\.ms)
+let latAll = results.map(\.ms)
+print("query latency (in-process, decode + signature + lookup + scoring): 10-s clips median \(fmt(percentile(lat10, 0.5), 2)) ms, p95 \(fmt(percentile(lat10, 0.95), 2)) ms; all clips median \(fmt(percentile(latAll, 0.5), 2)) ms, p95 \(fmt(percentile(latAll, 0.95), 2)) ms")
+print("peak memory (max RSS): \(fmt(peakRSSMB(), 0)) MB")
+
+if let dump = o.dump {
+    var out = "qid\tkind\tdegradation\tduration_s\ttruth\toffset_s\ttop\tscore\tsignificance\trunner_up\tmatch_offset\tms\n"
+    for r in results {
+        out += "\(r.q["qid"]!)\t\(r.q["kind"]!)\t\(r.q["degradation"]!)\t\(r.q["duration_s"]!)\t\(r.q["track_id"] ?? "")\t\(r.q["offset_s"] ?? "")\t"
+        out += "\(trackID(r.top) ?? "")\t\(r.top?.score ?? 0)\t\(r.top.map { fmt($0.significance, 2) } ?? "")\t\(r.top?.runnerUpScore ?? 0)\t\(r.top.map { fmt($0.matchOffset, 3) } ?? "")\t\(fmt(r.ms, 2))\n"
+    }
+    try out.write(toFile: dump, atomically: true, encoding: .utf8)
+}
