@@ -79,6 +79,7 @@ public final class Catalog {
         guard version <= Catalog.schemaVersion else {
             throw CatalogError(.versionMismatch, "catalog schema \(version) is newer than this build (\(Catalog.schemaVersion)); upgrade Earmark", path: path)
         }
+        if !readOnly { try db.execute("PRAGMA journal_mode=WAL") }
         if version < Catalog.schemaVersion {
             guard !readOnly else { throw CatalogError(.versionMismatch, "catalog schema \(version) needs migrating; open it for writing once", path: path) }
             try migrate(from: version)
@@ -112,6 +113,7 @@ public final class Catalog {
               added_at TEXT NOT NULL);
             CREATE INDEX tracks_source ON tracks(source_path);
             CREATE TABLE postings(bucket INTEGER PRIMARY KEY, data BLOB NOT NULL);
+            CREATE TABLE track_peaks(track_id INTEGER PRIMARY KEY, data BLOB NOT NULL);
             """),
         ]
         try setPragmas()
@@ -212,9 +214,9 @@ public final class Catalog {
         case duplicate(Track)
     }
 
-    /// Adds a track and its reference landmarks in one transaction. Identical audio (same content
-    /// hash) is a no-op that returns the existing track.
-    public func add(_ new: NewTrack, landmarks: [Landmark]) throws -> AddResult {
+    /// Adds a track, its reference landmarks and its peak constellation (used to verify candidate
+    /// matches) in one transaction. Identical audio (same content hash) is a no-op that returns the existing track.
+    public func add(_ new: NewTrack, landmarks: [Landmark], peaks: [Peak]) throws -> AddResult {
         let metaJSON = String(decoding: try JSONEncoder().encode(new.metadata), as: UTF8.self)
         return try db.writeTransaction {
             if let existing = try track(contentHash: new.contentHash) { return .duplicate(existing) }
@@ -238,6 +240,10 @@ public final class Catalog {
             try ins.run()
             let id = db.lastInsertRowID
             try appendPostings(trackID: id, landmarks: unique)
+            let pk = try db.prepare("INSERT INTO track_peaks(track_id, data) VALUES (?1, ?2)")
+            pk.bind(1, id)
+            Catalog.encodePeaks(peaks, configuration: configuration).withUnsafeBytes { pk.bind(2, blob: $0) }
+            try pk.run()
             guard let t = try track(id: id) else { throw CatalogError(.ioError, "track vanished", path: path) }
             return .added(t)
         }
@@ -330,10 +336,13 @@ public final class Catalog {
                     try update.run()
                 }
             }
+            let d = try db.prepare("DELETE FROM tracks WHERE id = ?1")
+            let dp = try db.prepare("DELETE FROM track_peaks WHERE track_id = ?1")
             for id in doomed {
-                let d = try db.prepare("DELETE FROM tracks WHERE id = ?1")
                 d.bind(1, id)
                 try d.run()
+                dp.bind(1, id)
+                try dp.run()
             }
         }
     }
@@ -372,6 +381,42 @@ public final class Catalog {
             }
         }
     }
+
+    /// Peak constellation blob: per peak, varint(frame − previous frame) and one byte (bin − minBin).
+    static func encodePeaks(_ peaks: [Peak], configuration: SignatureConfiguration) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(peaks.count * 2 + 16)
+        var last: UInt32 = 0
+        for p in peaks {
+            Varint.append(UInt64(p.frame - last), to: &out)
+            out.append(UInt8(clamping: Int(p.bin) - configuration.minBin))
+            last = p.frame
+        }
+        return out
+    }
+
+    /// The stored peaks of a track as (frame, bin), ordered by frame; empty when unknown.
+    public func peaks(trackID: Int64) throws -> [(frame: UInt32, bin: UInt16)] {
+        if peakStatement == nil { peakStatement = try db.prepare("SELECT data FROM track_peaks WHERE track_id = ?1") }
+        let s = peakStatement!
+        s.reset()
+        defer { s.reset() }
+        s.bind(1, trackID)
+        guard try s.step() else { return [] }
+        return s.withBlob(0) { raw in
+            var out: [(frame: UInt32, bin: UInt16)] = []
+            out.reserveCapacity(raw.count / 2)
+            var r = VarintReader(raw)
+            var frame: UInt32 = 0
+            while let d = r.next(), r.offset < raw.count {
+                frame &+= UInt32(truncatingIfNeeded: d)
+                out.append((frame, UInt16(raw[r.offset]) + UInt16(configuration.minBin)))
+                r.offset += 1
+            }
+            return out
+        }
+    }
+    private var peakStatement: SQLiteStatement?
 
     // MARK: Stats and export
 

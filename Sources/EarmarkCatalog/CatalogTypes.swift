@@ -71,7 +71,7 @@ public struct Track: Sendable, Equatable, Codable {
     public var duration: Double
     /// The file the track was added from.
     public var sourcePath: String?
-    /// SHA-256 of the decoded 44.1 kHz mono audio (16-bit); identical audio is stored once.
+    /// 128-bit digest (32 hex digits) of the decoded 44.1 kHz mono audio at 16 bits; identical audio is stored once.
     public var contentHash: String
     /// Landmark postings stored for the track.
     public var landmarkCount: Int

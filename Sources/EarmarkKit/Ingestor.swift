@@ -110,7 +110,7 @@ public struct Ingestor: Sendable {
                                        duration: file.signature.duration, sourcePath: abs, sourceSize: stamp?.0,
                                        sourceModified: stamp?.1, contentHash: file.contentHash)
                     audioSeconds += file.signature.duration
-                    switch try catalog.add(new, landmarks: landmarks) {
+                    switch try catalog.add(new, landmarks: landmarks, peaks: file.signature.peaks) {
                     case .added(let t):
                         outcomes[index] = IngestOutcome(path: path, status: .added, track: t, error: nil, audioSeconds: file.signature.duration)
                     case .duplicate(let t):

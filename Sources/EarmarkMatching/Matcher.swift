@@ -4,21 +4,35 @@ import Foundation
 
 /// How matches are decided.
 public struct MatchOptions: Sendable, Equatable {
-    /// A match needs at least this many time-aligned landmark hits. Default 6.
+    /// A match needs at least this many time-aligned distinct landmark hashes. Default 4.
     public var minimumHits: Int
-    /// … and this significance: −log₁₀ of the expected number of random (track, offset) cells in the
-    /// whole search that would reach its hit count by chance. Default 1.5 (calibrated on negative clips,
-    /// see README).
+    /// … and an evidence of at least this: the peak-verification significance (−log₁₀ of the chance
+    /// probability, corrected for the candidates tried), plus ``hashBonus`` when at least
+    /// ``supportingHits`` distinct hashes align. Default 6; calibrated on negative clips (see README).
     public var minimumSignificance: Double
+    /// Aligned distinct hashes that count as supporting evidence. Default 10.
+    public var supportingHits: Int
+    /// Decades of evidence that supporting hashes add. Default 4.
+    public var hashBonus: Double
     /// At most this many matches are returned. Default 5.
     public var maximumMatches: Int
+    /// Tracks with the most aligned hashes that go on to peak verification. Default 8.
+    public var candidates: Int
+    /// A match needs at least this many verified peaks. Default 5.
+    public var minimumVerifiedPeaks: Int
 
-    public static let `default` = MatchOptions(minimumHits: 6, minimumSignificance: 1.5, maximumMatches: 5)
+    public static let `default` = MatchOptions(minimumHits: 4, minimumSignificance: 6, supportingHits: 10, hashBonus: 4,
+                                               maximumMatches: 5, candidates: 8, minimumVerifiedPeaks: 5)
 
-    public init(minimumHits: Int, minimumSignificance: Double, maximumMatches: Int) {
+    public init(minimumHits: Int, minimumSignificance: Double, supportingHits: Int, hashBonus: Double,
+                maximumMatches: Int, candidates: Int, minimumVerifiedPeaks: Int) {
         self.minimumHits = minimumHits
         self.minimumSignificance = minimumSignificance
+        self.supportingHits = supportingHits
+        self.hashBonus = hashBonus
         self.maximumMatches = maximumMatches
+        self.candidates = candidates
+        self.minimumVerifiedPeaks = minimumVerifiedPeaks
     }
 }
 
@@ -31,10 +45,14 @@ public struct Match: Sendable, Codable, Equatable {
     public var confidence: Double
     /// Time-aligned landmark hits (the raw score).
     public var score: Int
-    /// −log₁₀ of the expected number of chance cells this strong (see ``MatchOptions``).
+    /// Evidence in decades: peak-verification significance plus the hash bonus (see ``MatchOptions``).
     public var significance: Double
     /// Raw score of the best other track (0 when none).
     public var runnerUpScore: Int
+    /// Strong query peaks found in the reference at the match offset (second-stage check) …
+    public var verifiedPeaks: Int
+    /// … out of this many tested.
+    public var queryPeaks: Int
     /// Seconds of the query covered by aligned hits.
     public var queryStart: Double
     public var queryEnd: Double
@@ -91,36 +109,43 @@ public final class Matcher {
         hits.sort { $0.key < $1.key || ($0.key == $1.key && $0.hash < $1.hash) }
 
         let fd = configuration.frameDuration
-        let queryFrames = max(1.0, signature.duration / fd)
         var perTrack: [TrackScore] = []
         var i = 0
-        var totalCells = 0.0
         while i < hits.count {
             let track = hits[i].track
             var j = i
             while j < hits.count, hits[j].track == track { j += 1 }
-            let s = bestCell(hits[i..<j])
-            perTrack.append(TrackScore(track: track, range: i..<j, offset: s.offset, hits: s.hits))
+            let cells = bestCells(hits[i..<j], count: 3)
+            if let first = cells.first {
+                perTrack.append(TrackScore(track: track, range: i..<j, offset: first.offset, hits: first.hits,
+                                           alternatives: Array(cells.dropFirst())))
+            }
             i = j
         }
-        // Spans need durations; fetch only tracks that could matter.
         perTrack.sort { $0.hits > $1.hits }
-        let considered = perTrack.prefix(max(20, options.maximumMatches * 4))
+        let considered = Array(perTrack.prefix(options.candidates).filter { $0.hits >= 3 })
         let tracks = try catalog.tracks(ids: considered.map(\.track))
-        for t in perTrack {
-            let duration = tracks[t.track]?.duration ?? 180
-            totalCells += duration / fd + queryFrames
-        }
+        let strongQuery = signature.peaks.filter { Int($0.rank) < configuration.referenceRankLimit }
         var matches: [Match] = []
-        for (rank, t) in considered.enumerated() {
-            guard let track = tracks[t.track] else { continue }
-            let span = track.duration / fd + queryFrames
-            let n = t.range.count
-            let lambda = max(1e-3, 3 * Double(n - t.hits) / span)
-            let significance = -(Matcher.log10PoissonTail(k: t.hits, lambda: lambda) + log10(max(1, totalCells / 3)))
-            let runnerUp = rank == 0 ? (considered.count > 1 ? considered[considered.startIndex + 1].hits : 0)
-                                     : considered[considered.startIndex].hits
-            guard t.hits >= options.minimumHits, significance >= options.minimumSignificance else { continue }
+        for (rank, candidate) in considered.enumerated() {
+            guard let track = tracks[candidate.track] else { continue }
+            var t = candidate
+            var v = try verify(strongQuery, trackID: t.track, offset: t.offset)
+            var tried = 1
+            for alt in t.alternatives where alt.hits * 2 >= t.hits {
+                tried += 1
+                let va = try verify(strongQuery, trackID: t.track, offset: alt.offset)
+                if va.matched - Int(va.expected) > v.matched - Int(v.expected) {
+                    v = va
+                    (t.offset, t.hits) = (alt.offset, alt.hits)
+                }
+            }
+            let verification = -(Matcher.log10PoissonTail(k: v.matched, lambda: v.expected)
+                                 + log10(Double(max(1, considered.count) * tried)))
+            let significance = verification + (t.hits >= options.supportingHits ? options.hashBonus : 0)
+            let runnerUp = rank == 0 ? (considered.count > 1 ? considered[1].hits : 0) : considered[0].hits
+            guard t.hits >= options.minimumHits, v.matched >= options.minimumVerifiedPeaks,
+                  significance >= options.minimumSignificance else { continue }
             // Inliers refine the offset and give the covered ranges.
             var sum = 0.0, count = 0.0
             var qmin = UInt32.max, qmax: UInt32 = 0
@@ -133,24 +158,64 @@ public final class Matcher {
             let offset = sum / count * fd
             let qs = Double(qmin) * fd, qe = min(signature.duration, Double(qmax) * fd + Double(configuration.maxPairFrames) * fd)
             matches.append(Match(track: track, matchOffset: offset,
-                                 confidence: Matcher.confidence(significance: significance),
+                                 confidence: Matcher.confidence(significance: significance, threshold: options.minimumSignificance),
                                  score: t.hits, significance: significance, runnerUpScore: runnerUp,
+                                 verifiedPeaks: v.matched, queryPeaks: v.tested,
                                  queryStart: qs, queryEnd: qe, referenceStart: offset + qs, referenceEnd: offset + qe))
-            if matches.count >= options.maximumMatches { break }
         }
+        matches.sort { $0.significance > $1.significance }
+        if matches.count > options.maximumMatches { matches.removeLast(matches.count - options.maximumMatches) }
         return MatchResult(matches: matches, queryDuration: signature.duration, queryLandmarks: landmarks.count,
                            candidateHits: hits.count)
     }
 
+    /// Second stage: how many of the query's strong peaks have a reference peak within ±1 frame and ±1 bin
+    /// at `offset`, and how many would by chance, given how often the track uses each bin.
+    func verify(_ query: [Peak], trackID: Int64, offset: Int) throws -> (matched: Int, tested: Int, expected: Double) {
+        let ref = try catalog.peaks(trackID: trackID)
+        guard let last = ref.last else { return (0, 0, 0) }
+        let band = configuration.maxBin - configuration.minBin
+        // Chance is judged from the reference's own peak density per bin in the aligned window, so a
+        // sustained note or a shared key (locally dense bins) earns no credit.
+        var density = [Double](repeating: 0, count: band + 2)  // padded by one bin each side
+        let qFirst = Int(query.first?.frame ?? 0) + offset - 1, qLast = Int(query.last?.frame ?? 0) + offset + 1
+        var cells = Set<UInt32>()
+        for p in ref where Int(p.frame) >= qFirst && Int(p.frame) <= qLast {
+            let b = Int(p.bin) - configuration.minBin
+            density[b + 1] += 1
+            cells.insert(p.frame << 8 | UInt32(b))
+        }
+        let frames = Double(last.frame) + 1
+        let window = Double(max(1, min(qLast, Int(last.frame)) - max(0, qFirst) + 1))
+        for i in density.indices { density[i] /= window }
+        var matched = 0, tested = 0
+        var expected = 0.0
+        for q in query {
+            let f = Int(q.frame) + offset
+            guard f >= 1, Double(f) < frames - 1 else { continue }
+            let b = Int(q.bin) - configuration.minBin
+            tested += 1
+            var miss = 1.0
+            for db in -1...1 { miss *= pow(max(0, 1 - density[b + db + 1]), 3) }
+            expected += 1 - miss
+            search: for df in -1...1 {
+                for db in -1...1 where b + db >= 0 && b + db < band {
+                    if cells.contains(UInt32(f + df) << 8 | UInt32(b + db)) { matched += 1; break search }
+                }
+            }
+        }
+        return (matched, tested, expected)
+    }
+
     /// Maps significance to 0…1: 0.5 at the decision threshold, 0.99 about 3 decades above it.
-    static func confidence(significance: Double) -> Double {
-        let x = (significance - MatchOptions.default.minimumSignificance) / 0.65
+    static func confidence(significance: Double, threshold: Double) -> Double {
+        let x = (significance - threshold) / 0.65
         return 1 / (1 + exp(-x))
     }
 
     /// The 3-frame offset cell with the most distinct hashes among one track's hits (sorted by offset,
     /// then hash). Counting distinct hashes, not hits, keeps a repeated hash from inflating a cell.
-    private func bestCell(_ hits: ArraySlice<Hit>) -> (offset: Int, hits: Int) {
+    private func bestCells(_ hits: ArraySlice<Hit>, count wanted: Int) -> [(offset: Int, hits: Int)] {
         // Distinct (offset, hash) runs first.
         var offsets: [Int32] = []
         var counts: [Int] = []
@@ -166,18 +231,24 @@ public final class Matcher {
             offsets.append(o)
             counts.append(distinct)
         }
-        var best = (offset: 0, hits: 0)
+        // Window sums over 3 adjacent offsets, centred on the heaviest offset of each window.
+        var windows: [(offset: Int, hits: Int)] = []
         var lo = 0
         var sum = 0
         for hi in offsets.indices {
             sum += counts[hi]
             while offsets[lo] < offsets[hi] - 2 { sum -= counts[lo]; lo += 1 }
-            if sum > best.hits {
-                // Centre the cell on its heaviest offset.
+            if sum >= 2 || offsets.count < 64 {
                 var centre = lo
                 for k in lo...hi where counts[k] > counts[centre] { centre = k }
-                best = (Int(offsets[centre]), sum)
+                windows.append((Int(offsets[centre]), sum))
             }
+        }
+        windows.sort { $0.hits > $1.hits || ($0.hits == $1.hits && $0.offset < $1.offset) }
+        var best: [(offset: Int, hits: Int)] = []
+        for w in windows where !best.contains(where: { abs($0.offset - w.offset) <= 3 }) {
+            best.append(w)
+            if best.count == wanted { break }
         }
         return best
     }
@@ -209,4 +280,6 @@ struct TrackScore {
     var range: Range<Int>
     var offset: Int
     var hits: Int
+    /// Further offset cells of the same track (repetitive music); verification picks among them.
+    var alternatives: [(offset: Int, hits: Int)]
 }

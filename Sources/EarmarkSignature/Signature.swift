@@ -84,7 +84,7 @@ extension Signature {
         let _: UInt16 = r.read()
         let duration = Double(bitPattern: r.read())
         let n = Int(r.read() as UInt32)
-        guard bytes.count == 28 + n * 12 + 4 else { throw bad("truncated or extended (\(bytes.count) bytes for \(n) peaks)") }
+        guard bytes.count == 24 + n * 12 + 4 else { throw bad("truncated or extended (\(bytes.count) bytes for \(n) peaks)") }
         let stored = UInt32(littleEndian: bytes[(bytes.count - 4)...].withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) })
         guard stored == fnv1a32(Data(bytes[0..<(bytes.count - 4)])) else { throw bad("checksum mismatch (damaged)") }
         guard duration.isFinite, duration >= 0 else { throw bad("invalid duration") }

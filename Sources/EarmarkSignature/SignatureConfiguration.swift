@@ -19,7 +19,8 @@ public struct SignatureConfiguration: Sendable, Equatable, Codable {
     public var peakTimeRadius: Int
     /// Bins; default 3 (≈ ±65 Hz).
     public var peakBinRadius: Int
-    /// Peaks quieter than this (dB of |X|², a full-scale sine is ≈ 54 dB) are ignored. Default −20 (≈ −74 dBFS).
+    /// Peaks quieter than this (dB of |X|², a full-scale sine is ≈ 54 dB) are ignored. Default −50 (≈ −104 dBFS):
+    /// digital silence yields no peaks, while very quiet audio (a phase-inverted stereo pair mixed to mono) still does.
     public var levelFloor: Float
     /// A peak's rank is the number of stronger peaks within ±rankRadius frames. Default 50 (a 1-s window).
     public var rankRadius: Int
@@ -41,7 +42,7 @@ public struct SignatureConfiguration: Sendable, Equatable, Codable {
     /// The algorithm this build produces and reads.
     public static let current = SignatureConfiguration(
         version: 1, sampleRate: 44_100, fftSize: 2048, hop: 441, minBin: 12, maxBin: 187,
-        peakTimeRadius: 4, peakBinRadius: 3, levelFloor: -20, rankRadius: 50,
+        peakTimeRadius: 4, peakBinRadius: 3, levelFloor: -50, rankRadius: 50,
         referenceRankLimit: 14, queryRankLimit: 36, maxPairFrames: 63, maxPairBins: 63,
         referenceFanout: 3, queryFanout: 24, repeatSuppressionFrames: 100)
 

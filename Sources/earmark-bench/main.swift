@@ -10,6 +10,7 @@ struct Options {
     var reuse = false
     var limit = Int.max
     var dump: String?
+    var open = false
 }
 
 func parseOptions() -> Options {
@@ -23,10 +24,12 @@ func parseOptions() -> Options {
         case "--reuse": o.reuse = true
         case "--limit": o.limit = Int(args.next() ?? "") ?? Int.max
         case "--dump": o.dump = args.next()
+        case "--open": o.open = true
         default:
             FileHandle.standardError.write(Data("""
-            usage: earmark-bench --corpus DIR/corpus/public --queries DIR/queries/NAME [--catalog PATH] [--reuse] [--limit N] [--dump results.tsv]
+            usage: earmark-bench --corpus DIR/corpus/public --queries DIR/queries/NAME [--catalog PATH] [--reuse] [--limit N] [--dump results.tsv] [--open]
               --reuse   keep an existing catalog at --catalog instead of re-indexing
+              --open    report the best candidate of every query even below the no-match threshold (for calibration)
 
             """.utf8))
             exit(a == "--help" ? 0 : 2)
@@ -94,6 +97,11 @@ if FileManager.default.fileExists(atPath: overlapPath) {
 // --- Queries -------------------------------------------------------------------------------------
 let queries = Array(readTSV(o.queries + "/queries.tsv").prefix(o.limit))
 let matcher = Matcher(catalog: catalog)
+if o.open {
+    matcher.options.minimumSignificance = -1e9
+    matcher.options.minimumHits = 0
+    matcher.options.minimumVerifiedPeaks = 0
+}
 struct Outcome { var q: [String: String]; var top: Match?; var ms: Double; var error: String? }
 var results: [Outcome] = []
 let rate: [String: Double] = ["speed_p3": 1.03, "speed_m3": 0.97, "tempo_p5": 1.05, "tempo_m5": 0.95]
@@ -159,10 +167,10 @@ print("query latency (in-process, decode + signature + lookup + scoring): 10-s c
 print("peak memory (max RSS): \(fmt(peakRSSMB(), 0)) MB")
 
 if let dump = o.dump {
-    var out = "qid\tkind\tdegradation\tduration_s\ttruth\toffset_s\ttop\tscore\tsignificance\trunner_up\tmatch_offset\tms\n"
+    var out = "qid\tkind\tdegradation\tduration_s\ttruth\toffset_s\ttop\tscore\tsignificance\trunner_up\tmatch_offset\tms\tverified\ttested\n"
     for r in results {
         out += "\(r.q["qid"]!)\t\(r.q["kind"]!)\t\(r.q["degradation"]!)\t\(r.q["duration_s"]!)\t\(r.q["track_id"] ?? "")\t\(r.q["offset_s"] ?? "")\t"
-        out += "\(trackID(r.top) ?? "")\t\(r.top?.score ?? 0)\t\(r.top.map { fmt($0.significance, 2) } ?? "")\t\(r.top?.runnerUpScore ?? 0)\t\(r.top.map { fmt($0.matchOffset, 3) } ?? "")\t\(fmt(r.ms, 2))\n"
+        out += "\(trackID(r.top) ?? "")\t\(r.top?.score ?? 0)\t\(r.top.map { fmt($0.significance, 2) } ?? "")\t\(r.top?.runnerUpScore ?? 0)\t\(r.top.map { fmt($0.matchOffset, 3) } ?? "")\t\(fmt(r.ms, 2))\t\(r.top?.verifiedPeaks ?? 0)\t\(r.top?.queryPeaks ?? 0)\n"
     }
     try out.write(toFile: dump, atomically: true, encoding: .utf8)
 }
