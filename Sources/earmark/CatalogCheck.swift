@@ -1,0 +1,41 @@
+import ArgumentParser
+import EarmarkKit
+
+struct CatalogCheckCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "check",
+        abstract: "Check the catalog file for damage.",
+        discussion: """
+        Runs SQLite's integrity check over the whole file. With --json: {path, healthy, tracks, problems}.
+
+        Exit codes: 0 healthy; 2 problems found, or the file cannot be opened as a catalog.
+        """
+    )
+
+    @OptionGroup var options: GlobalOptions
+
+    mutating func run() async throws {
+        let options = options
+        try await reportingErrors {
+            let catalog = try options.openReadOnly()
+            let problems = try catalog.check()
+            let tracks = problems.isEmpty ? try catalog.stats().trackCount : nil
+            if options.json {
+                try printJSON(CheckReport(path: catalog.path, healthy: problems.isEmpty, tracks: tracks, problems: problems))
+            } else if problems.isEmpty {
+                print("\(catalog.path): ok, \(tracks ?? 0) track\(tracks == 1 ? "" : "s")")
+            } else {
+                for p in problems { print("problem: \(p)") }
+                print("\(catalog.path): \(problems.count) problem\(problems.count == 1 ? "" : "s") found")
+            }
+            if !problems.isEmpty { throw ExitCode(2) }
+        }
+    }
+}
+
+struct CheckReport: Encodable {
+    var path: String
+    var healthy: Bool
+    var tracks: Int?
+    var problems: [String]
+}

@@ -1,0 +1,45 @@
+import ArgumentParser
+import EarmarkKit
+import Foundation
+
+/// Options shared by every command that uses a catalog.
+struct GlobalOptions: ParsableArguments {
+    @Option(name: .long, help: ArgumentHelp(
+        "The catalog file.",
+        discussion: """
+        Default: $EARMARK_CATALOG, else $XDG_DATA_HOME/earmark/catalog.earcat, \
+        else ~/.local/share/earmark/catalog.earcat.
+        """,
+        valueName: "path"))
+    var catalog: String?
+
+    @Flag(name: .long, help: "Print machine-readable JSON on standard output instead of text.")
+    var json = false
+
+    @Option(name: .customLong("lock-timeout"), help: ArgumentHelp(
+        "Seconds to wait while another earmark process holds the catalog's write lock.",
+        valueName: "seconds"))
+    var lockTimeout: Double = 30
+
+    /// The catalog path after applying the defaults and expanding `~`.
+    var catalogPath: String {
+        let path = catalog.flatMap { $0.isEmpty ? nil : $0 } ?? Catalog.defaultPath
+        return (path as NSString).expandingTildeInPath
+    }
+
+    func validate() throws {
+        guard lockTimeout.isFinite, lockTimeout >= 0 else {
+            throw ValidationError("--lock-timeout must be a number of seconds ≥ 0.")
+        }
+    }
+
+    /// Opens the catalog for reading (never creates it).
+    func openReadOnly() throws -> Catalog {
+        try Catalog(path: catalogPath, readOnly: true, busyTimeout: lockTimeout)
+    }
+
+    /// Opens an existing catalog for writing.
+    func openForWriting() throws -> Catalog {
+        try Catalog(path: catalogPath, busyTimeout: lockTimeout)
+    }
+}

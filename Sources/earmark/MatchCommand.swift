@@ -1,0 +1,136 @@
+import ArgumentParser
+import EarmarkKit
+import Foundation
+
+struct MatchCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "match",
+        abstract: "Identify clips against the catalog.",
+        discussion: """
+        Each clip is an audio file (at least about one second of sound) or a .earsig signature file \
+        made by `earmark signature`. The catalog is opened read-only once for all clips.
+
+        For each clip the best match is printed on one line as
+
+          clip.wav: Title — Artist  at 1:23.45 (offset 83.45 s), confidence 0.97,
+            score 57 (runner-up 4), clip 0.0–10.0 s
+
+        where "at" is the position in the reference track where the clip starts, score the number \
+        of time-aligned fingerprint hits, runner-up the score of the best other track, and "clip" \
+        the stretch of the clip that matched. Further matches (several tracks in one clip) follow, \
+        indented. A clip that cannot be read prints `path: error` on standard error and the \
+        remaining clips are still matched.
+
+        --json: for one clip, one object {path, matches: [{track, matchOffset, confidence, score, \
+        significance, runnerUpScore, queryStart, queryEnd, referenceStart, referenceEnd, …}], \
+        queryDuration, queryLandmarks, candidateHits, error}; for several clips, a JSON array of \
+        those objects in argument order (a clip that failed has empty matches, null numbers and \
+        its message in error; error is null otherwise).
+
+        Exit codes:
+          0  every clip matched
+          1  some clip had no match (and no clip failed)
+          2  some clip could not be read or matched, or the catalog could not be opened
+        """
+    )
+
+    @OptionGroup var options: GlobalOptions
+
+    @Argument(help: ArgumentHelp("Audio clips or .earsig signature files to identify.", valueName: "clip"))
+    var clips: [String]
+
+    @Option(name: .customLong("max-matches"), help: ArgumentHelp(
+        "Report at most this many tracks per clip.", valueName: "n"))
+    var maxMatches: Int = MatchOptions.default.maximumMatches
+
+    func validate() throws {
+        guard maxMatches >= 1 else { throw ValidationError("--max-matches must be at least 1.") }
+    }
+
+    mutating func run() async throws {
+        let options = options
+        let clips = clips
+        let maxMatches = maxMatches
+        try await reportingErrors {
+            var matchOptions = MatchOptions.default
+            matchOptions.maximumMatches = maxMatches
+            let recognizer = try Recognizer(catalogPath: options.catalogPath, options: matchOptions,
+                                            busyTimeout: options.lockTimeout)
+            var reports: [ClipReport] = []
+            var unmatched = 0
+            var failed = 0
+            for clip in clips {
+                let report: ClipReport
+                do {
+                    let result = try recognizer.match(path: clip)
+                    report = ClipReport(path: clip, result: result)
+                    if result.matches.isEmpty { unmatched += 1 }
+                } catch let error as CatalogError {
+                    throw error   // the catalog, not the clip, is at fault: stop
+                } catch {
+                    let message = describe(error, file: clip)
+                    writeStderr(message + "\n")
+                    report = ClipReport(path: clip, error: message)
+                    failed += 1
+                }
+                if !options.json, report.error == nil {
+                    print(report.humanText)
+                }
+                reports.append(report)
+            }
+            if options.json {
+                if clips.count == 1 { try printJSON(reports[0]) } else { try printJSON(reports) }
+            }
+            if failed > 0 { throw ExitCode(2) }
+            if unmatched > 0 { throw ExitCode(1) }
+        }
+    }
+}
+
+/// The outcome for one clip, as printed by `match`.
+struct ClipReport: Encodable {
+    var path: String
+    var matches: [Match] = []
+    var queryDuration: Double?
+    var queryLandmarks: Int?
+    var candidateHits: Int?
+    var error: String?
+
+    init(path: String, result: MatchResult) {
+        self.path = path
+        matches = result.matches
+        queryDuration = result.queryDuration
+        queryLandmarks = result.queryLandmarks
+        candidateHits = result.candidateHits
+    }
+
+    init(path: String, error: String) {
+        self.path = path
+        self.error = error
+    }
+
+    enum CodingKeys: String, CodingKey { case path, matches, queryDuration, queryLandmarks, candidateHits, error }
+
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(path, forKey: .path)
+        try c.encode(matches, forKey: .matches)
+        try c.encode(queryDuration, forKey: .queryDuration)   // null when absent
+        try c.encode(queryLandmarks, forKey: .queryLandmarks)
+        try c.encode(candidateHits, forKey: .candidateHits)
+        try c.encode(error, forKey: .error)
+    }
+
+    var humanText: String {
+        guard let first = matches.first else { return "\(path): no match" }
+        var lines = ["\(path): \(ClipReport.describe(first))"]
+        for m in matches.dropFirst() { lines.append("    also: \(ClipReport.describe(m))") }
+        return lines.joined(separator: "\n")
+    }
+
+    static func describe(_ m: Match) -> String {
+        "\(trackLabel(m.track))  at \(formatOffset(m.matchOffset))"
+            + String(format: " (offset %.2f s), confidence %.2f, score %d (runner-up %d), clip %.1f–%.1f s",
+                     m.matchOffset, m.confidence, m.score, m.runnerUpScore, m.queryStart, m.queryEnd)
+    }
+}
