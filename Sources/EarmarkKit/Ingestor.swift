@@ -32,6 +32,8 @@ public struct IngestProgress: Sendable {
     public var audioSeconds: Double
     public var elapsed: Double
     public var current: String
+    /// What happened to `current`.
+    public var outcome: IngestOutcome
 }
 
 /// Adds files to a catalog: decodes and fingerprints on several workers, writes each track in
@@ -95,36 +97,49 @@ public struct Ingestor: Sendable {
                 }
             }
             for _ in 0..<workers { launch() }
+            // Results are committed in argument order, so track ids follow the order files were given.
+            var finished: [Int: Result<(FingerprintedFile, [Landmark]), any Error>] = [:]
+            var nextToWrite = 0
             while let (index, result) = try await group.next() {
                 launch()
-                let path = files[index]
-                switch result {
-                case .failure(let error):
-                    outcomes[index] = IngestOutcome(path: path, status: .failed, track: nil, error: "\(error)", audioSeconds: 0)
-                case .success(let (file, landmarks)):
-                    let abs = Ingestor.absolute(path)
-                    let stamp = Ingestor.fileStamp(abs)
-                    var d = describe(path)
-                    if d.title == nil { d.title = ((path as NSString).lastPathComponent as NSString).deletingPathExtension }
-                    let new = NewTrack(title: d.title, artist: d.artist, album: d.album, metadata: d.metadata,
-                                       duration: file.signature.duration, sourcePath: abs, sourceSize: stamp?.0,
-                                       sourceModified: stamp?.1, contentHash: file.contentHash)
-                    audioSeconds += file.signature.duration
-                    switch try catalog.add(new, landmarks: landmarks, peaks: file.signature.peaks) {
-                    case .added(let t):
-                        outcomes[index] = IngestOutcome(path: path, status: .added, track: t, error: nil, audioSeconds: file.signature.duration)
-                    case .duplicate(let t):
-                        outcomes[index] = IngestOutcome(path: path, status: .duplicate, track: t, error: nil, audioSeconds: file.signature.duration)
-                    }
+                finished[index] = result
+                while nextToWrite < pending.count, let result = finished.removeValue(forKey: pending[nextToWrite]) {
+                    let index = pending[nextToWrite]
+                    nextToWrite += 1
+                    let outcome = try commit(result, path: files[index], into: catalog, describe: describe)
+                    outcomes[index] = outcome
+                    audioSeconds += outcome.audioSeconds
+                    done += 1
+                    let elapsed = clock.now - start
+                    progress(IngestProgress(done: done, total: files.count, audioSeconds: audioSeconds,
+                                            elapsed: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) * 1e-18,
+                                            current: files[index], outcome: outcome))
                 }
-                done += 1
-                let elapsed = clock.now - start
-                progress(IngestProgress(done: done, total: files.count, audioSeconds: audioSeconds,
-                                        elapsed: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) * 1e-18,
-                                        current: path))
             }
         }
         return outcomes.map { $0! }
+    }
+
+    private func commit(_ result: Result<(FingerprintedFile, [Landmark]), any Error>, path: String, into catalog: Catalog,
+                        describe: (String) -> TrackDescription) throws -> IngestOutcome {
+        switch result {
+        case .failure(let error):
+            return IngestOutcome(path: path, status: .failed, track: nil, error: "\(error)", audioSeconds: 0)
+        case .success(let (file, landmarks)):
+            let abs = Ingestor.absolute(path)
+            let stamp = Ingestor.fileStamp(abs)
+            var d = describe(path)
+            if d.title == nil { d.title = ((path as NSString).lastPathComponent as NSString).deletingPathExtension }
+            let new = NewTrack(title: d.title, artist: d.artist, album: d.album, metadata: d.metadata,
+                               duration: file.signature.duration, sourcePath: abs, sourceSize: stamp?.0,
+                               sourceModified: stamp?.1, contentHash: file.contentHash)
+            switch try catalog.add(new, landmarks: landmarks, peaks: file.signature.peaks) {
+            case .added(let t):
+                return IngestOutcome(path: path, status: .added, track: t, error: nil, audioSeconds: file.signature.duration)
+            case .duplicate(let t):
+                return IngestOutcome(path: path, status: .duplicate, track: t, error: nil, audioSeconds: file.signature.duration)
+            }
+        }
     }
 
     static func absolute(_ path: String) -> String {
