@@ -349,21 +349,28 @@ public final class Catalog {
 
     // MARK: Lookup
 
-    /// Calls `body(hash, trackID, frame)` for every stored posting whose hash is in `hashes`.
-    public func lookup(hashes: Set<UInt32>, _ body: (UInt32, Int64, UInt32) -> Void) throws {
+    /// Calls `body(hash, trackID, frame)` for every stored posting in the buckets of `hashes`
+    /// (hashes sharing their top 18 bits); the caller filters the exact hash.
+    public func lookup(hashes: [UInt32], _ body: (UInt32, Int64, UInt32) -> Void) throws {
         guard !hashes.isEmpty else { return }
-        var buckets = Array(Set(hashes.map { $0 >> Catalog.lowBits }))
+        var buckets = hashes.map { $0 >> Catalog.lowBits }
         buckets.sort()
         guard let s = lookupStatement else { throw CatalogError(.damaged, "catalog has no postings table", path: path) }
+        var json = ""
+        json.reserveCapacity(buckets.count * 8)
         var start = 0
         while start < buckets.count {
-            let chunk = buckets[start..<min(start + 4000, buckets.count)]
-            start += chunk.count
-            var json = "["
-            json.reserveCapacity(chunk.count * 8)
-            for (i, b) in chunk.enumerated() {
-                if i > 0 { json += "," }
+            json = "["
+            var n = 0
+            var last = UInt32.max
+            while start < buckets.count, n < 4000 {
+                let b = buckets[start]
+                start += 1
+                if b == last { continue }
+                if n > 0 { json += "," }
                 json += String(b)
+                last = b
+                n += 1
             }
             json += "]"
             s.reset()
@@ -374,8 +381,7 @@ public final class Catalog {
                 s.withBlob(1) { raw in
                     var r = VarintReader(raw)
                     while let track = r.next(), let value = r.next() {
-                        let hash = bucket << Catalog.lowBits | UInt32(value & 7)
-                        if hashes.contains(hash) { body(hash, Int64(track), UInt32(truncatingIfNeeded: value >> 3)) }
+                        body(bucket << Catalog.lowBits | UInt32(value & 7), Int64(track), UInt32(truncatingIfNeeded: value >> 3))
                     }
                 }
             }

@@ -85,6 +85,11 @@ public final class Matcher {
     public var options: MatchOptions
     public let configuration: SignatureConfiguration
 
+    /// Dense hash → first query landmark index table, reused across queries (2²¹ entries).
+    private var first = [Int32](repeating: -1, count: 1 << Landmarks.hashBits)
+    /// Decoded reference peaks of the candidates of the current query.
+    private var peakCache: [Int64: ReferencePeaks] = [:]
+
     public init(catalog: Catalog, options: MatchOptions = .default) {
         self.catalog = catalog
         self.options = options
@@ -93,17 +98,27 @@ public final class Matcher {
 
     public func match(_ signature: Signature) throws -> MatchResult {
         try signature.validateForMatching(configuration: configuration)
+        peakCache.removeAll(keepingCapacity: true)
         let landmarks = Landmarks.extract(from: signature, role: .query, configuration: configuration)
-        var byHash: [UInt32: [UInt32]] = [:]
-        byHash.reserveCapacity(landmarks.count)
-        for l in landmarks { byHash[l.hash, default: []].append(l.frame) }
+        // Query landmarks sorted by hash; `first[h]` is the index of the first one with hash h (or −1).
+        let sorted = landmarks.sorted { ($0.hash, $0.frame) < ($1.hash, $1.frame) }
+        var distinct: [UInt32] = []
+        distinct.reserveCapacity(sorted.count)
+        for (i, l) in sorted.enumerated() where i == 0 || sorted[i - 1].hash != l.hash {
+            first[Int(l.hash)] = Int32(i)
+            distinct.append(l.hash)
+        }
+        defer { for h in distinct { first[Int(h)] = -1 } }
 
         var hits: [Hit] = []
         hits.reserveCapacity(landmarks.count * 4)
-        try catalog.lookup(hashes: Set(byHash.keys)) { hash, track, rframe in
-            guard let frames = byHash[hash] else { return }
-            for q in frames {
+        try catalog.lookup(hashes: distinct) { hash, track, rframe in
+            var i = Int(first[Int(hash)])
+            guard i >= 0 else { return }
+            while i < sorted.count, sorted[i].hash == hash {
+                let q = sorted[i].frame
                 hits.append(Hit(key: Hit.key(track: track, offset: Int32(Int64(rframe) - Int64(q))), qframe: q, hash: hash))
+                i += 1
             }
         }
         hits.sort { $0.key < $1.key || ($0.key == $1.key && $0.hash < $1.hash) }
@@ -170,38 +185,37 @@ public final class Matcher {
     }
 
     /// Second stage: how many of the query's strong peaks have a reference peak within ±1 frame and ±1 bin
-    /// at `offset`, and how many would by chance, given how often the track uses each bin.
+    /// at `offset`, and how many would by chance, given how often the reference uses each bin in that window.
     func verify(_ query: [Peak], trackID: Int64, offset: Int) throws -> (matched: Int, tested: Int, expected: Double) {
-        let ref = try catalog.peaks(trackID: trackID)
-        guard let last = ref.last else { return (0, 0, 0) }
+        let ref: ReferencePeaks
+        if let cached = peakCache[trackID] { ref = cached } else {
+            ref = ReferencePeaks(try catalog.peaks(trackID: trackID))
+            peakCache[trackID] = ref
+        }
+        guard ref.frameCount > 0 else { return (0, 0, 0) }
         let band = configuration.maxBin - configuration.minBin
+        let lo = max(0, Int(query.first?.frame ?? 0) + offset - 1)
+        let hi = min(ref.frameCount - 1, Int(query.last?.frame ?? 0) + offset + 1)
+        guard lo <= hi else { return (0, 0, 0) }
         // Chance is judged from the reference's own peak density per bin in the aligned window, so a
         // sustained note or a shared key (locally dense bins) earns no credit.
         var density = [Double](repeating: 0, count: band + 2)  // padded by one bin each side
-        let qFirst = Int(query.first?.frame ?? 0) + offset - 1, qLast = Int(query.last?.frame ?? 0) + offset + 1
-        var cells = Set<UInt32>()
-        for p in ref where Int(p.frame) >= qFirst && Int(p.frame) <= qLast {
-            let b = Int(p.bin) - configuration.minBin
-            density[b + 1] += 1
-            cells.insert(p.frame << 8 | UInt32(b))
-        }
-        let frames = Double(last.frame) + 1
-        let window = Double(max(1, min(qLast, Int(last.frame)) - max(0, qFirst) + 1))
+        for k in ref.start[lo]..<ref.start[hi + 1] { density[Int(ref.bins[k]) - configuration.minBin + 1] += 1 }
+        let window = Double(hi - lo + 1)
         for i in density.indices { density[i] /= window }
         var matched = 0, tested = 0
         var expected = 0.0
         for q in query {
             let f = Int(q.frame) + offset
-            guard f >= 1, Double(f) < frames - 1 else { continue }
-            let b = Int(q.bin) - configuration.minBin
+            guard f >= 1, f < ref.frameCount - 1 else { continue }
+            let b = Int(q.bin)
             tested += 1
             var miss = 1.0
-            for db in -1...1 { miss *= pow(max(0, 1 - density[b + db + 1]), 3) }
+            for db in -1...1 { miss *= pow(max(0, 1 - density[b - configuration.minBin + db + 1]), 3) }
             expected += 1 - miss
-            search: for df in -1...1 {
-                for db in -1...1 where b + db >= 0 && b + db < band {
-                    if cells.contains(UInt32(f + df) << 8 | UInt32(b + db)) { matched += 1; break search }
-                }
+            for k in ref.start[f - 1]..<ref.start[f + 2] where abs(Int(ref.bins[k]) - b) <= 1 {
+                matched += 1
+                break
             }
         }
         return (matched, tested, expected)
@@ -261,6 +275,20 @@ public final class Matcher {
         let logPmf = Double(k) * log(lambda) - lambda - lgamma(Double(k) + 1)
         let ratio = lambda / Double(k + 1)
         return (logPmf - log(1 - ratio)) / log(10.0)
+    }
+}
+
+/// A track's peaks indexed by frame: the peaks of frame f are `bins[start[f]..<start[f + 1]]`.
+struct ReferencePeaks {
+    var bins: [UInt16]
+    var start: [Int]
+    var frameCount: Int
+    init(_ peaks: [(frame: UInt32, bin: UInt16)]) {
+        frameCount = Int(peaks.last?.frame ?? 0) + 1
+        bins = peaks.map(\.bin)
+        start = [Int](repeating: 0, count: frameCount + 2)
+        for p in peaks { start[Int(p.frame) + 1] += 1 }
+        for f in 1..<start.count { start[f] += start[f - 1] }
     }
 }
 

@@ -29,7 +29,11 @@ final class PeakPicker {
     private let config: SignatureConfiguration
     private let bandCount: Int
     private let tilt: [Float]
-    // Ring of tilt-compensated dB spectra and their frequency-direction running maxima.
+    /// `tilt` as power factors, and the level floor as power: peaks are found in the linear domain
+    /// (max and order do not change under log), and only the kept ones get a level in dB.
+    private let tiltFactor: [Float]
+    private let floorPower: Float
+    // Ring of tilt-compensated power spectra and their frequency-direction running maxima.
     private var spectra: [[Float]]
     private var freqMax: [[Float]]
     private var frames: [Int]
@@ -47,6 +51,8 @@ final class PeakPicker {
         // +3 dB per octave, so that the usual downward slope of music spectra does not put every peak in the bass.
         let refBin = 1000.0 * Double(config.fftSize) / config.sampleRate
         tilt = (config.minBin..<config.maxBin).map { Float(10 * log10(Double($0) / refBin)) }
+        tiltFactor = tilt.map { powf(10, $0 / 10) }
+        floorPower = powf(10, config.levelFloor / 10)
     }
 
     private var lastFrame = -1
@@ -72,7 +78,7 @@ final class PeakPicker {
         let slot = frame % ring
         frames[slot] = frame
         spectra[slot].withUnsafeMutableBufferPointer { s in
-            for k in 0..<bandCount { s[k] = 10 * log10f(power[k] + 1e-12) + tilt[k] }
+            for k in 0..<bandCount { s[k] = power[k] * tiltFactor[k] }
         }
         let r = config.peakBinRadius
         spectra[slot].withUnsafeBufferPointer { s in
@@ -100,7 +106,7 @@ final class PeakPicker {
         let cm = freqMax[cslot]
         for k in 0..<bandCount {
             let v = cs[k]
-            guard v == cm[k], v - tilt[k] > config.levelFloor else { continue }
+            guard v == cm[k], v > floorPower * tiltFactor[k] else { continue }
             var isPeak = true
             for dt in -radius...radius where dt != 0 {
                 let f = center + dt
@@ -110,7 +116,7 @@ final class PeakPicker {
                 if dt < 0 ? freqMax[slot][k] >= v : freqMax[slot][k] > v { isPeak = false; break }
             }
             if isPeak {
-                candidates.append(Peak(frame: UInt32(center), bin: UInt16(k + config.minBin), rank: 0, level: v))
+                candidates.append(Peak(frame: UInt32(center), bin: UInt16(k + config.minBin), rank: 0, level: 10 * log10f(v)))
             }
         }
     }
