@@ -21,6 +21,7 @@ public final class Catalog {
     public let path: String
     public let configuration: SignatureConfiguration
     private let db: SQLiteConnection
+    private let busyTimeout: Double
     private lazy var lookupStatement: SQLiteStatement? = try? db.prepare(
         "SELECT bucket, data FROM postings WHERE bucket IN (SELECT value FROM json_each(?1))")
 
@@ -43,6 +44,7 @@ public final class Catalog {
                 configuration: SignatureConfiguration = .current) throws {
         self.path = path
         self.configuration = configuration
+        self.busyTimeout = max(0, min(busyTimeout, 86_400))
         let exists = FileManager.default.fileExists(atPath: path)
         if !exists {
             guard create, !readOnly else {
@@ -69,7 +71,7 @@ public final class Catalog {
         let objects = try scalarInt("SELECT count(*) FROM sqlite_master")
         if fresh || (appID == 0 && version == 0 && objects == 0) {
             guard !readOnly else { throw CatalogError(.damaged, "empty file is not a catalog", path: path) }
-            try db.execute("PRAGMA journal_mode=WAL")
+            try enableWAL()
             try migrate(from: 0)
             return
         }
@@ -79,7 +81,7 @@ public final class Catalog {
         guard version <= Catalog.schemaVersion else {
             throw CatalogError(.versionMismatch, "catalog schema \(version) is newer than this build (\(Catalog.schemaVersion)); upgrade Earmark", path: path)
         }
-        if !readOnly { try db.execute("PRAGMA journal_mode=WAL") }
+        if !readOnly { try enableWAL() }
         if version < Catalog.schemaVersion {
             guard !readOnly else { throw CatalogError(.versionMismatch, "catalog schema \(version) needs migrating; open it for writing once", path: path) }
             try migrate(from: version)
@@ -90,6 +92,24 @@ public final class Catalog {
             throw CatalogError(.versionMismatch,
                                "catalog was built with signature algorithm \(sigVersion); this build uses \(configuration.version). Build a new catalog from the source files",
                                path: path)
+        }
+    }
+
+    /// Switches to WAL unless already there. The switch needs a moment without other connections, and
+    /// SQLite does not wait for that on its own, so a busy answer is retried within the busy timeout.
+    private func enableWAL() throws {
+        let deadline = Date().addingTimeInterval(busyTimeout)
+        while true {
+            do {
+                let s = try db.prepare("PRAGMA journal_mode")
+                let mode = try s.step() ? s.string(0)?.lowercased() : nil
+                s.reset()
+                if mode == "wal" { return }
+                try db.execute("PRAGMA journal_mode=WAL")
+                return
+            } catch let e as CatalogError where e.code == .locked && Date() < deadline {
+                Thread.sleep(forTimeInterval: 0.02)
+            }
         }
     }
 
@@ -119,6 +139,8 @@ public final class Catalog {
         try setPragmas()
         for (target, sql) in migrations where target > version {
             try db.writeTransaction {
+                // Another process may have migrated while this one waited for the write lock.
+                guard try scalarInt("PRAGMA user_version") < target else { return }
                 try db.execute(sql)
                 if target == 1 {
                     try db.execute("PRAGMA application_id=\(Catalog.applicationID)")

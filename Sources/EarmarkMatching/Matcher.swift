@@ -8,7 +8,7 @@ public struct MatchOptions: Sendable, Equatable {
     public var minimumHits: Int
     /// … and an evidence of at least this: the peak-verification significance (−log₁₀ of the chance
     /// probability, corrected for the candidates tried), plus ``hashBonus`` when at least
-    /// ``supportingHits`` distinct hashes align. Default 6; calibrated on negative clips (see README).
+    /// ``supportingHits`` distinct hashes align. Default 7; calibrated on negative clips (see README).
     public var minimumSignificance: Double
     /// Aligned distinct hashes that count as supporting evidence. Default 10.
     public var supportingHits: Int
@@ -20,8 +20,10 @@ public struct MatchOptions: Sendable, Equatable {
     public var candidates: Int
     /// A match needs at least this many verified peaks. Default 5.
     public var minimumVerifiedPeaks: Int
+    /// Query peaks of rank below this are verified against the reference constellation. Default 14.
+    public var verifyRankLimit: Int = 14
 
-    public static let `default` = MatchOptions(minimumHits: 4, minimumSignificance: 6, supportingHits: 10, hashBonus: 4,
+    public static let `default` = MatchOptions(minimumHits: 4, minimumSignificance: 7, supportingHits: 10, hashBonus: 4,
                                                maximumMatches: 5, candidates: 8, minimumVerifiedPeaks: 5)
 
     public init(minimumHits: Int, minimumSignificance: Double, supportingHits: Int, hashBonus: Double,
@@ -53,6 +55,8 @@ public struct Match: Sendable, Codable, Equatable {
     public var verifiedPeaks: Int
     /// … out of this many tested.
     public var queryPeaks: Int
+    /// Other offsets (seconds) where the clip fits the track almost as well: the music repeats there.
+    public var alternativeOffsets: [Double]
     /// Seconds of the query covered by aligned hits.
     public var queryStart: Double
     public var queryEnd: Double
@@ -140,23 +144,32 @@ public final class Matcher {
         perTrack.sort { $0.hits > $1.hits }
         let considered = Array(perTrack.prefix(options.candidates).filter { $0.hits >= 3 })
         let tracks = try catalog.tracks(ids: considered.map(\.track))
-        let strongQuery = signature.peaks.filter { Int($0.rank) < configuration.referenceRankLimit }
+        let strongQuery = signature.peaks.filter { Int($0.rank) < options.verifyRankLimit }
+        func check(_ offset: Int) throws -> (matched: Int, tested: Int, evidence: Double) {
+            let v = try verify(strongQuery, trackID: candidateTrack, offset: offset)
+            return (v.matched, v.tested, -Matcher.log10PoissonTail(k: v.matched, lambda: v.expected))
+        }
+        var candidateTrack: Int64 = 0
         var matches: [Match] = []
         for (rank, candidate) in considered.enumerated() {
             guard let track = tracks[candidate.track] else { continue }
             var t = candidate
-            var v = try verify(strongQuery, trackID: t.track, offset: t.offset)
-            var tried = 1
+            candidateTrack = t.track
+            var v = try check(t.offset)
+            var tried = [(offset: t.offset, excess: v.evidence)]
             for alt in t.alternatives where alt.hits * 2 >= t.hits {
-                tried += 1
-                let va = try verify(strongQuery, trackID: t.track, offset: alt.offset)
-                if va.matched - Int(va.expected) > v.matched - Int(v.expected) {
+                let va = try check(alt.offset)
+                tried.append((alt.offset, va.evidence))
+                if va.evidence > v.evidence {
                     v = va
                     (t.offset, t.hits) = (alt.offset, alt.hits)
                 }
             }
-            let verification = -(Matcher.log10PoissonTail(k: v.matched, lambda: v.expected)
-                                 + log10(Double(max(1, considered.count) * tried)))
+            // Repetitive music (loops, repeated choruses): offsets verified almost as well as the best.
+            let bestExcess = v.evidence
+            let alternatives = tried.filter { $0.offset != t.offset && $0.excess >= 0.9 * bestExcess && bestExcess > 0 }
+                .map { Double($0.offset) * fd }
+            let verification = v.evidence - log10(Double(max(1, considered.count) * tried.count))
             let significance = verification + (t.hits >= options.supportingHits ? options.hashBonus : 0)
             let runnerUp = rank == 0 ? (considered.count > 1 ? considered[1].hits : 0) : considered[0].hits
             guard t.hits >= options.minimumHits, v.matched >= options.minimumVerifiedPeaks,
@@ -175,7 +188,7 @@ public final class Matcher {
             matches.append(Match(track: track, matchOffset: offset,
                                  confidence: Matcher.confidence(significance: significance, threshold: options.minimumSignificance),
                                  score: t.hits, significance: significance, runnerUpScore: runnerUp,
-                                 verifiedPeaks: v.matched, queryPeaks: v.tested,
+                                 verifiedPeaks: v.matched, queryPeaks: v.tested, alternativeOffsets: alternatives,
                                  queryStart: qs, queryEnd: qe, referenceStart: offset + qs, referenceEnd: offset + qe))
         }
         matches.sort { $0.significance > $1.significance }

@@ -1,0 +1,373 @@
+import EarmarkCatalog
+import EarmarkSignature
+import EarmarkTestSupport
+import Foundation
+import Testing
+
+// Catalog unit tests use synthetic landmarks: exact posting sets are easy to state, and no audio
+// decoding is needed. Real music goes through the catalog in the matching, kit and CLI tests.
+
+/// `count` landmarks with hashes drawn from `hashes` (or the whole 21-bit space) and frames below 20,000.
+func makeLandmarks(seed: UInt64, count: Int, hashes: Range<UInt32> = 0..<(1 << 21)) -> [Landmark] {
+    var rng = SeededRandom(seed: seed)
+    return (0..<count).map { _ in
+        Landmark(hash: UInt32.random(in: hashes, using: &rng), frame: UInt32.random(in: 0..<20_000, using: &rng))
+    }
+}
+
+func makePeaks(seed: UInt64, count: Int) -> [Peak] {
+    var rng = SeededRandom(seed: seed)
+    var frame: UInt32 = 0
+    return (0..<count).map { _ in
+        frame += UInt32.random(in: 0..<5, using: &rng)
+        return Peak(frame: frame, bin: UInt16.random(in: 12..<187, using: &rng), rank: 0, level: 10)
+    }
+}
+
+struct Posting: Hashable { var hash: UInt32; var track: Int64; var frame: UInt32 }
+
+/// Every posting stored for exactly `hashes` (lookup returns whole buckets; callers filter the exact hash).
+func postings(_ catalog: Catalog, _ hashes: some Sequence<UInt32>) throws -> Set<Posting> {
+    let wanted = Set(hashes)
+    var out = Set<Posting>()
+    try catalog.lookup(hashes: Array(wanted)) { h, t, f in
+        if wanted.contains(h) { out.insert(Posting(hash: h, track: t, frame: f)) }
+    }
+    return out
+}
+
+func expected(_ landmarks: [Landmark], track: Int64) -> Set<Posting> {
+    Set(landmarks.map { Posting(hash: $0.hash, track: track, frame: $0.frame) })
+}
+
+func catalogError(_ body: () throws -> Void) -> CatalogError.Code? {
+    do {
+        try body()
+        return nil
+    } catch let e as CatalogError {
+        return e.code
+    } catch {
+        Issue.record("unexpected error \(error)")
+        return nil
+    }
+}
+
+/// A catalog file with two tracks, A and B, whose landmarks share many buckets.
+struct TwoTrackCatalog {
+    let dir: TemporaryDirectory
+    let path: String
+    let a: Track, b: Track
+    /// A's hashes lie in [0, 2^20), B's in [2^19, 2^21): half of A's range overlaps B's.
+    let landmarksA = makeLandmarks(seed: 1, count: 3000, hashes: 0..<(1 << 20))
+    let landmarksB = makeLandmarks(seed: 2, count: 3000, hashes: (1 << 19)..<(1 << 21))
+
+    init() throws {
+        dir = try TemporaryDirectory("catalog")
+        path = dir.path("test.earcat")
+        let catalog = try Catalog(path: path, create: true)
+        guard case .added(let a) = try catalog.add(NewTrack(title: "A", artist: "Artist A", duration: 200, contentHash: "hash-a"),
+                                                   landmarks: landmarksA, peaks: makePeaks(seed: 1, count: 500)),
+              case .added(let b) = try catalog.add(NewTrack(title: "B", duration: 180, contentHash: "hash-b"),
+                                                   landmarks: landmarksB, peaks: makePeaks(seed: 2, count: 500))
+        else { throw TestSupportError("fresh catalog reported a duplicate") }
+        self.a = a
+        self.b = b
+    }
+
+    var hashesOnlyInA: Set<UInt32> { Set(landmarksA.map(\.hash)).subtracting(landmarksB.map(\.hash)) }
+}
+
+@Suite("Catalog: adding, reopening, removing")
+struct CatalogContentTests {
+    @Test("tracks and postings survive closing and reopening")
+    func survivesReopen() throws {
+        let f = try TwoTrackCatalog()
+        #expect(f.a.id != f.b.id)
+        #expect(f.a.landmarkCount == Set(f.landmarksA.map { "\($0.hash)/\($0.frame)" }).count, "duplicates stored once")
+        for readOnly in [false, true] {
+            let reopened = try Catalog(path: f.path, readOnly: readOnly)
+            let tracks = try reopened.tracks()
+            #expect(tracks.map(\.title) == ["A", "B"])
+            #expect(tracks.first?.artist == "Artist A")
+            #expect(tracks.first?.duration == 200)
+            #expect(tracks == [f.a, f.b])
+            #expect(try postings(reopened, f.landmarksA.map(\.hash)).filter { $0.track == f.a.id } == expected(f.landmarksA, track: f.a.id))
+            #expect(try postings(reopened, f.landmarksB.map(\.hash)).filter { $0.track == f.b.id } == expected(f.landmarksB, track: f.b.id))
+            let stats = try reopened.stats()
+            #expect(stats.trackCount == 2)
+            #expect(stats.totalDuration == 380)
+            #expect(try reopened.check().isEmpty)
+        }
+    }
+
+    @Test("lookup returns the postings of the asked hashes' buckets, and only those")
+    func lookupReturnsBuckets() throws {
+        let f = try TwoTrackCatalog()
+        let catalog = try Catalog(path: f.path, readOnly: true)
+        let askedLandmarks = Array(f.landmarksA.prefix(50))
+        let asked = askedLandmarks.map(\.hash)
+        var raw = Set<Posting>()
+        try catalog.lookup(hashes: asked) { h, t, fr in raw.insert(Posting(hash: h, track: t, frame: fr)) }
+        let buckets = Set(asked.map { $0 >> 3 })
+        #expect(raw.allSatisfy { buckets.contains($0.hash >> 3) }, "nothing from other buckets")
+        #expect(expected(askedLandmarks, track: f.a.id).isSubset(of: raw), "every exact posting is there")
+        // Everything stored in those buckets comes back, from both tracks.
+        let stored = expected(f.landmarksA, track: f.a.id).union(expected(f.landmarksB, track: f.b.id))
+        #expect(raw == stored.filter { buckets.contains($0.hash >> 3) })
+        // Buckets nobody wrote to return nothing.
+        let used = Set(stored.map { $0.hash >> 3 })
+        let empty = (0..<UInt32(1 << 18)).lazy.filter { !used.contains($0) }.prefix(20).map { $0 << 3 }
+        var none = 0
+        try catalog.lookup(hashes: Array(empty)) { _, _, _ in none += 1 }
+        #expect(none == 0)
+    }
+
+    @Test("adding identical audio (same content hash) is a no-op")
+    func duplicateContentHash() throws {
+        let f = try TwoTrackCatalog()
+        let catalog = try Catalog(path: f.path)
+        let other = makeLandmarks(seed: 99, count: 500)
+        let result = try catalog.add(NewTrack(title: "A again", duration: 10, contentHash: "hash-a"),
+                                     landmarks: other, peaks: [])
+        #expect(result == .duplicate(f.a))
+        #expect(try catalog.tracks() == [f.a, f.b])
+        let found = try postings(catalog, other.map(\.hash))
+        #expect(!found.contains { !Set([f.a.id, f.b.id]).contains($0.track) }, "no new track id")
+        #expect(found.isSubset(of: expected(f.landmarksA, track: f.a.id).union(expected(f.landmarksB, track: f.b.id))),
+                "no new postings")
+    }
+
+    @Test("remove deletes the track and all its postings, and leaves the other track intact")
+    func removeTrack() throws {
+        let f = try TwoTrackCatalog()
+        let catalog = try Catalog(path: f.path)
+        try catalog.remove(ids: [f.a.id])
+        #expect(try catalog.tracks() == [f.b])
+        #expect(try catalog.track(id: f.a.id) == nil)
+        #expect(try postings(catalog, f.landmarksA.map(\.hash)).allSatisfy { $0.track == f.b.id })
+        #expect(try postings(catalog, f.hashesOnlyInA).isEmpty)
+        #expect(try postings(catalog, f.landmarksB.map(\.hash)) == expected(f.landmarksB, track: f.b.id))
+        #expect(try catalog.check().isEmpty)
+
+        // Ids are never reused.
+        guard case .added(let c) = try catalog.add(NewTrack(title: "C", duration: 5, contentHash: "hash-c"),
+                                                   landmarks: makeLandmarks(seed: 3, count: 10), peaks: []) else {
+            Issue.record("C was not added")
+            return
+        }
+        #expect(c.id > f.b.id)
+        // The removal was committed: another connection sees it.
+        #expect(try Catalog(path: f.path, readOnly: true).tracks().map(\.title) == ["B", "C"])
+    }
+
+    @Test("removing an unknown id throws .noSuchTrack and removes nothing, not even the known ids")
+    func removeUnknown() throws {
+        let f = try TwoTrackCatalog()
+        let catalog = try Catalog(path: f.path)
+        #expect(catalogError { try catalog.remove(ids: [f.a.id, 9_999]) } == .noSuchTrack)
+        #expect(try catalog.tracks() == [f.a, f.b])
+        #expect(try postings(catalog, f.landmarksA.map(\.hash)).filter { $0.track == f.a.id } == expected(f.landmarksA, track: f.a.id))
+    }
+
+    @Test("update changes the given fields only")
+    func updateTrack() throws {
+        let f = try TwoTrackCatalog()
+        let catalog = try Catalog(path: f.path)
+        let t = try catalog.update(id: f.a.id, title: "New title", metadata: ["year": .number(1999)])
+        #expect(t.title == "New title")
+        #expect(t.artist == "Artist A")
+        #expect(t.metadata["year"] == .number(1999))
+        #expect(try Catalog(path: f.path, readOnly: true).track(id: f.a.id) == t)
+        #expect(catalogError { _ = try catalog.update(id: 12_345, title: "x") } == .noSuchTrack)
+    }
+
+    @Test("export writes a catalog that opens with the same tracks and postings")
+    func export() throws {
+        let f = try TwoTrackCatalog()
+        let catalog = try Catalog(path: f.path)
+        let copy = f.dir.path("copy.earcat")
+        try catalog.export(to: copy)
+        let exported = try Catalog(path: copy, readOnly: true)
+        #expect(try exported.tracks() == [f.a, f.b])
+        let hashes = f.landmarksA.map(\.hash) + f.landmarksB.map(\.hash)
+        #expect(try postings(exported, hashes) == postings(catalog, hashes))
+        #expect(catalogError { try catalog.export(to: copy) } == .invalidArgument, "never overwrites")
+    }
+}
+
+@Suite("Catalog: opening bad or missing files")
+struct CatalogOpenTests {
+    @Test("a missing catalog is .notFound unless asked to create it")
+    func missing() throws {
+        let dir = try TemporaryDirectory("missing")
+        let path = dir.path("sub/none.earcat")
+        #expect(catalogError { _ = try Catalog(path: path) } == .notFound)
+        #expect(catalogError { _ = try Catalog(path: path, readOnly: true) } == .notFound)
+        #expect(!FileManager.default.fileExists(atPath: path))
+        _ = try Catalog(path: path, create: true)
+        #expect(FileManager.default.fileExists(atPath: path), "create: true makes the file and its folder")
+    }
+
+    @Test("a text file is .damaged and is left untouched", arguments: [false, true])
+    func textFile(readOnly: Bool) throws {
+        let dir = try TemporaryDirectory("text")
+        let path = dir.path("notes.earcat")
+        let text = Data(String(repeating: "shopping list: milk, eggs, bread\n", count: 200).utf8)
+        try text.write(to: URL(fileURLWithPath: path))
+        #expect(catalogError { _ = try Catalog(path: path, readOnly: readOnly) } == .damaged)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == text)
+    }
+
+    @Test("another application's SQLite database is .damaged")
+    func foreignDatabase() throws {
+        let dir = try TemporaryDirectory("foreign")
+        let path = dir.path("other.db")
+        try Run.sqlite(path, "CREATE TABLE notes(x TEXT); INSERT INTO notes VALUES ('hello');")
+        #expect(catalogError { _ = try Catalog(path: path) } == .damaged)
+        #expect(try Run.sqlite(path, "SELECT x FROM notes").trimmingCharacters(in: .whitespacesAndNewlines) == "hello")
+    }
+
+    @Test("a catalog built with another signature_version is .versionMismatch")
+    func otherSignatureVersion() throws {
+        let f = try TwoTrackCatalog()
+        try Run.sqlite(f.path, "UPDATE catalog_info SET value = '99' WHERE key = 'signature_version'")
+        #expect(catalogError { _ = try Catalog(path: f.path) } == .versionMismatch)
+        #expect(catalogError { _ = try Catalog(path: f.path, readOnly: true) } == .versionMismatch)
+        #expect(try Run.sqlite(f.path, "SELECT count(*) FROM tracks").trimmingCharacters(in: .whitespacesAndNewlines) == "2")
+    }
+
+    @Test("a catalog with a newer schema is .versionMismatch")
+    func newerSchema() throws {
+        let f = try TwoTrackCatalog()
+        try Run.sqlite(f.path, "PRAGMA user_version = \(Catalog.schemaVersion + 1)")
+        #expect(catalogError { _ = try Catalog(path: f.path) } == .versionMismatch)
+        #expect(catalogError { _ = try Catalog(path: f.path, readOnly: true) } == .versionMismatch)
+    }
+}
+
+@Suite("Catalog: read-only access")
+struct CatalogReadOnlyTests {
+    @Test("a catalog opened read-only refuses writes with .readOnly and keeps its data")
+    func readOnlyMode() throws {
+        let f = try TwoTrackCatalog()
+        let catalog = try Catalog(path: f.path, readOnly: true)
+        #expect(catalogError {
+            _ = try catalog.add(NewTrack(title: "C", duration: 1, contentHash: "hash-c"), landmarks: makeLandmarks(seed: 5, count: 10), peaks: [])
+        } == .readOnly)
+        #expect(catalogError { try catalog.remove(ids: [f.a.id]) } == .readOnly)
+        #expect(try Catalog(path: f.path, readOnly: true).tracks() == [f.a, f.b])
+    }
+
+    @Test("a catalog whose folder cannot be created is .readOnly")
+    func uncreatableFolder() throws {
+        let dir = try TemporaryDirectory("nofolder")
+        let file = dir.file("plain-file")
+        try Data("x".utf8).write(to: file)
+        // A regular file cannot hold a folder, whoever we are (root included).
+        #expect(catalogError { _ = try Catalog(path: file.path + "/sub/catalog.earcat", create: true) } == .readOnly)
+    }
+
+    @Test("a write-protected catalog file opens for writing as .readOnly")
+    func writeProtectedFile() throws {
+        let f = try TwoTrackCatalog()
+        if geteuid() != 0 {
+            try FileManager.default.setAttributes([.posixPermissions: 0o444], ofItemAtPath: f.path)
+            defer { try? FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: f.path) }
+            #expect(catalogError { _ = try Catalog(path: f.path) } == .readOnly)
+        } else {
+            // Root ignores permission bits, but not the immutable attribute (when the file system has it).
+            guard (try? Run.checked("chattr", ["+i", f.path])) != nil else {
+                // No immutable attribute here: the folder test above covers .readOnly for root.
+                return
+            }
+            defer { _ = try? Run.checked("chattr", ["-i", f.path]) }
+            #expect(catalogError { _ = try Catalog(path: f.path) } == .readOnly)
+        }
+        #expect(try Catalog(path: f.path, readOnly: true).tracks() == [f.a, f.b], "still readable")
+    }
+}
+
+@Suite("Catalog: locking")
+struct CatalogLockTests {
+    @Test("a write while another process holds the write lock fails with .locked after busyTimeout, and nothing is lost")
+    func lockedByAnotherProcess() throws {
+        let f = try TwoTrackCatalog()
+        let catalog = try Catalog(path: f.path, busyTimeout: 0.5)
+        let shell = try SQLiteShell(database: f.path)
+        defer { shell.close() }
+        try shell.execute("BEGIN IMMEDIATE; INSERT INTO catalog_info(key, value) VALUES ('held-by', 'test');")
+
+        let clock = ContinuousClock()
+        let start = clock.now
+        #expect(catalogError {
+            _ = try catalog.add(NewTrack(title: "C", duration: 1, contentHash: "hash-c"),
+                                landmarks: makeLandmarks(seed: 5, count: 10), peaks: [])
+        } == .locked)
+        let waited = clock.now - start
+        #expect(waited >= .milliseconds(400), "gave up after \(waited), before the busy timeout")
+        #expect(waited < .seconds(5), "waited \(waited) for a 0.5-s busy timeout")
+        #expect(catalogError { try catalog.remove(ids: [f.a.id]) } == .locked)
+
+        // Readers are not blocked by a writer (WAL).
+        let reader = try Catalog(path: f.path, readOnly: true, busyTimeout: 0.5)
+        #expect(try reader.tracks() == [f.a, f.b])
+        #expect(!(try postings(reader, f.landmarksA.prefix(10).map(\.hash))).isEmpty)
+
+        try shell.execute("ROLLBACK;")
+        shell.close()
+        #expect(try catalog.tracks() == [f.a, f.b], "the failed writes changed nothing")
+        #expect(try postings(catalog, f.landmarksA.map(\.hash)).filter { $0.track == f.a.id } == expected(f.landmarksA, track: f.a.id))
+        // Once the lock is gone, the same connection writes again.
+        let result = try catalog.add(NewTrack(title: "C", duration: 1, contentHash: "hash-c"),
+                                     landmarks: makeLandmarks(seed: 5, count: 10), peaks: [])
+        guard case .added = result else {
+            Issue.record("expected .added, got \(result)")
+            return
+        }
+        #expect(try catalog.tracks().count == 3)
+    }
+}
+
+@Suite("Catalog: concurrent creation")
+struct CatalogCreationRaceTests {
+    @Test("two connections creating the same new catalog at the same moment both succeed (5 rounds)")
+    func createRace() throws {
+        let dir = try TemporaryDirectory("create-race")
+        for round in 0..<5 {
+            let path = dir.path("race-\(round).earcat")
+            let errors = Box<String>()
+            let barrier = SpinBarrier(parties: 2)
+            let group = DispatchGroup()
+            for _ in 0..<2 {
+                group.enter()
+                Thread.detachNewThread {
+                    barrier.arriveAndWait()
+                    do { _ = try Catalog(path: path, create: true) } catch { errors.append("\(error)") }
+                    group.leave()
+                }
+            }
+            group.wait()
+            #expect(errors.all.isEmpty, "round \(round): \(errors.all)")
+            #expect(try Catalog(path: path, readOnly: true).tracks().isEmpty)
+        }
+    }
+}
+
+/// Lets threads start a racy step at (nearly) the same instant.
+final class SpinBarrier: @unchecked Sendable {
+    private let lock = NSLock()
+    private var arrived = 0
+    private let parties: Int
+    init(parties: Int) { self.parties = parties }
+    func arriveAndWait() {
+        lock.withLock { arrived += 1 }
+        while lock.withLock({ arrived < parties }) {}
+    }
+}
+
+final class Box<T>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var items: [T] = []
+    func append(_ e: T) { lock.withLock { items.append(e) } }
+    var all: [T] { lock.withLock { items } }
+}

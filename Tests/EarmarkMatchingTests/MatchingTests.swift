@@ -1,0 +1,139 @@
+import EarmarkAudio
+import EarmarkCatalog
+import EarmarkMatching
+import EarmarkSignature
+import EarmarkTestSupport
+import Foundation
+import Testing
+
+/// One catalog of the real reference tracks, built once for the whole suite.
+struct MatchingFixture: Sendable {
+    let folder: TemporaryDirectory
+    let catalogPath: String
+    let audio: TestAudioSet
+    /// Track ids by file stem.
+    let ids: [String: Int64]
+
+    static let shared = Shared<MatchingFixture> {
+        let audio = try TestAudio.set()
+        let folder = try TemporaryDirectory("matching")
+        let path = folder.path("reference.earcat")
+        let tracks = try await Fixtures.index(audio.reference, into: path)
+        var ids: [String: Int64] = [:]
+        for (url, t) in zip(audio.reference, tracks) { ids[url.deletingPathExtension().lastPathComponent] = t.id }
+        return MatchingFixture(folder: folder, catalogPath: path, audio: audio, ids: ids)
+    }
+
+    func match(_ signature: Signature) throws -> MatchResult {
+        let catalog = try Catalog(path: catalogPath, readOnly: true)
+        return try Matcher(catalog: catalog).match(signature)
+    }
+
+    func match(file: URL) throws -> MatchResult {
+        try match(SignatureGenerator.signature(of: Fixtures.decode(file)))
+    }
+
+    /// A 10-s WAV clip of reference track `stem` starting at `offset` seconds.
+    func clip(_ stem: String, at offset: Double, seconds: Double = 10, into dir: TemporaryDirectory) throws -> URL {
+        let url = dir.file("\(stem)-\(offset).wav")
+        try Fixtures.cut(try audio.reference(stem), start: offset, seconds: seconds, to: url)
+        return url
+    }
+}
+
+/// Where clips are cut: each reference track at a position inside the music.
+let clipCases: [(stem: String, offset: Double)] = [
+    ("goin_march", 31.3), ("pingus-6", 22.7), ("pingus-3", 47.1),
+    ("pingus-4", 12.9), ("pingus-5", 63.4), ("sorcerer", 40.2),
+]
+
+@Suite("Matching real music")
+struct MatchingTests {
+    func expectMatch(_ result: MatchResult, _ stem: String, offset: Double, fixture: MatchingFixture,
+                     sourceLocation: SourceLocation = #_sourceLocation) {
+        let best = result.matches.first
+        #expect(best?.track.id == fixture.ids[stem],
+                "expected \(stem), got \(result.matches.map { "\($0.track.title ?? "?") @\($0.matchOffset) score \($0.score)" })",
+                sourceLocation: sourceLocation)
+        if let best, best.track.id == fixture.ids[stem] {
+            #expect(abs(best.matchOffset - offset) <= 0.1, "offset \(best.matchOffset), expected \(offset)",
+                    sourceLocation: sourceLocation)
+        }
+    }
+
+    @Test("a clean 10-s clip matches its track at the right offset", arguments: clipCases)
+    func cleanClip(stem: String, offset: Double) async throws {
+        let f = try await MatchingFixture.shared.value()
+        let dir = try TemporaryDirectory("clip")
+        let result = try f.match(file: try f.clip(stem, at: offset, into: dir))
+        expectMatch(result, stem, offset: offset, fixture: f)
+    }
+
+    @Test("a clip with white noise at 5 dB SNR still matches", arguments: clipCases)
+    func noisyClip(stem: String, offset: Double) async throws {
+        let f = try await MatchingFixture.shared.value()
+        let dir = try TemporaryDirectory("noisy")
+        let clean = try Fixtures.decode(try f.clip(stem, at: offset, into: dir))
+        let noisy = Signal.addingNoise(to: clean, snrDB: 5, seed: 42)
+        let noise = zip(noisy, clean).map { $0 - $1 }
+        let snr = 20 * log10(Signal.rms(clean) / Signal.rms(noise))
+        #expect(abs(snr - 5) < 0.1)
+        expectMatch(try f.match(SignatureGenerator.signature(of: noisy)), stem, offset: offset, fixture: f)
+    }
+
+    @Test("a clip that went through MP3 (ffmpeg, 128 kb/s) still matches", arguments: clipCases)
+    func mp3Clip(stem: String, offset: Double) async throws {
+        let f = try await MatchingFixture.shared.value()
+        let dir = try TemporaryDirectory("mp3")
+        let wav = try f.clip(stem, at: offset, into: dir)
+        let mp3 = dir.file("clip.mp3")
+        try Run.ffmpeg(["-i", wav.path, "-c:a", "libmp3lame", "-b:a", "128k", mp3.path])
+        expectMatch(try f.match(file: mp3), stem, offset: offset, fixture: f)
+    }
+}
+
+@Suite("Matching: music that is not in the catalog")
+struct NegativeMatchingTests {
+    static let offsets: [Double] = [5, 33.3, 61.7]
+
+    @Test("clips of non-catalog music match nothing", arguments: [0, 1])
+    func nonCatalogMusic(index: Int) async throws {
+        let f = try await MatchingFixture.shared.value()
+        let track = f.audio.negative[index]
+        let dir = try TemporaryDirectory("negative")
+        for offset in Self.offsets {
+            let clip = dir.file("neg-\(offset).wav")
+            try Fixtures.cut(track, start: offset, seconds: 10, to: clip)
+            let result = try f.match(file: clip)
+            #expect(result.matches.isEmpty,
+                    "\(track.lastPathComponent) @\(offset) s matched \(result.matches.map { "\($0.track.title ?? "?") score \($0.score) sig \($0.significance)" })")
+            #expect(result.queryLandmarks > 100, "the clip should have been real music, not silence")
+        }
+    }
+}
+
+@Suite("Matching: one clip spanning two tracks")
+struct SpanningMatchingTests {
+    @Test("5 s of track A then 5 s of track B matches both, each at its own offset")
+    func twoTracksInOneClip() async throws {
+        let f = try await MatchingFixture.shared.value()
+        let dir = try TemporaryDirectory("span")
+        let a = dir.file("a.wav"), b = dir.file("b.wav"), both = dir.file("ab.wav")
+        // Same rate and channel count, so that sox can concatenate them.
+        try Fixtures.cut(try f.audio.reference("pingus-3"), start: 30, seconds: 5, to: a, rate: 44_100, channels: 2)
+        try Fixtures.cut(try f.audio.reference("pingus-5"), start: 50, seconds: 5, to: b, rate: 44_100, channels: 2)
+        try Run.sox([a.path, b.path, both.path])
+
+        let result = try f.match(file: both)
+        let byID = Dictionary(result.matches.map { ($0.track.id, $0) }, uniquingKeysWith: { first, _ in first })
+        let matchA = try #require(byID[f.ids["pingus-3"]!], "pingus-3 missing from \(result.matches.map { $0.track.title ?? "?" })")
+        let matchB = try #require(byID[f.ids["pingus-5"]!], "pingus-5 missing from \(result.matches.map { $0.track.title ?? "?" })")
+        // The clip starts 30 s into A, and 5 s before B's part (which is 50 s into B).
+        #expect(abs(matchA.matchOffset - 30) <= 0.1, "A offset \(matchA.matchOffset)")
+        #expect(abs(matchB.matchOffset - 45) <= 0.1, "B offset \(matchB.matchOffset)")
+        // Each match covers its own half of the clip.
+        #expect(matchA.queryStart < 1 && matchA.queryEnd <= 6.5, "A covers \(matchA.queryStart)–\(matchA.queryEnd)")
+        #expect(matchB.queryStart >= 4 && matchB.queryEnd > 9, "B covers \(matchB.queryStart)–\(matchB.queryEnd)")
+        #expect(result.matches.count == 2, "extra matches: \(result.matches.map { $0.track.title ?? "?" })")
+    }
+}

@@ -1,0 +1,165 @@
+import EarmarkSignature
+import EarmarkTestSupport
+import Foundation
+import Testing
+
+/// 20 s of real music (44.1 kHz mono), decoded once for the whole target.
+let music = Shared<[Float]> {
+    let audio = try TestAudio.set()
+    let dir = try TemporaryDirectory("sig-music")
+    let clip = dir.file("music.wav")
+    try Fixtures.cut(try audio.reference("pingus-5"), start: 20, seconds: 20, to: clip)
+    return try Fixtures.decode(clip)
+}
+
+func signatureError(_ body: () throws -> Void) -> SignatureError.Code? {
+    do {
+        try body()
+        return nil
+    } catch let e as SignatureError {
+        return e.code
+    } catch {
+        Issue.record("unexpected error \(error)")
+        return nil
+    }
+}
+
+@Suite("Signature file format")
+struct SignatureFileTests {
+    @Test("a signature of real music survives dataRepresentation() → init(dataRepresentation:) exactly")
+    func roundTrip() async throws {
+        let sig = SignatureGenerator.signature(of: Signal.slice(try await music.value(), start: 0, seconds: 12))
+        #expect(sig.peaks.count > 200, "12 s of music should give many peaks")
+        let data = sig.dataRepresentation()
+        #expect(Array(data.prefix(6)) == Array("EARSIG".utf8))
+        #expect(data.count == 24 + 12 * sig.peaks.count + 4)
+        let back = try Signature(dataRepresentation: data)
+        #expect(back == sig)
+        #expect(back.duration == sig.duration)
+        #expect(back.dataRepresentation() == data)
+    }
+
+    @Test("any flipped byte is .invalidFile", arguments: [0, 5, 6, 8, 14, 20, 30, 100, -1])
+    func flippedByte(position: Int) async throws {
+        let sig = SignatureGenerator.signature(of: Signal.slice(try await music.value(), start: 0, seconds: 3))
+        var data = sig.dataRepresentation()
+        let i = position >= 0 ? position : data.count + position
+        data[i] ^= 0x10
+        #expect(signatureError { _ = try Signature(dataRepresentation: data) } == .invalidFile, "byte \(i)")
+    }
+
+    @Test("truncated, extended or empty data is .invalidFile")
+    func truncated() async throws {
+        let data = SignatureGenerator.signature(of: Signal.slice(try await music.value(), start: 0, seconds: 3))
+            .dataRepresentation()
+        for bad in [data.prefix(data.count - 1), data.prefix(data.count - 12), data.prefix(20), Data(), data + Data([0])] {
+            #expect(signatureError { _ = try Signature(dataRepresentation: Data(bad)) } == .invalidFile, "\(bad.count) bytes")
+        }
+    }
+}
+
+@Suite("Signature validation")
+struct SignatureValidationTests {
+    @Test("silence is .signatureInvalid")
+    func silence() {
+        let sig = SignatureGenerator.signature(of: [Float](repeating: 0, count: 3 * 44_100))
+        #expect(abs(sig.duration - 3) < 1e-9)
+        #expect(signatureError { try sig.validateForMatching() } == .signatureInvalid)
+    }
+
+    @Test("0.5 s of music is .signatureDurationInvalid; 2 s is fine")
+    func tooShort() async throws {
+        let m = try await music.value()
+        let short = SignatureGenerator.signature(of: Signal.slice(m, start: 5, seconds: 0.5))
+        #expect(abs(short.duration - 0.5) < 1e-9)
+        #expect(signatureError { try short.validateForMatching() } == .signatureDurationInvalid)
+        let enough = SignatureGenerator.signature(of: Signal.slice(m, start: 5, seconds: 2))
+        #expect(signatureError { try enough.validateForMatching() } == nil)
+    }
+
+    @Test("a signature of another algorithm version is .versionMismatch")
+    func otherVersion() async throws {
+        var sig = SignatureGenerator.signature(of: Signal.slice(try await music.value(), start: 0, seconds: 3))
+        sig.configurationVersion = SignatureConfiguration.current.version + 1
+        #expect(signatureError { try sig.validateForMatching() } == .versionMismatch)
+        let back = try Signature(dataRepresentation: sig.dataRepresentation())
+        #expect(back.configurationVersion == sig.configurationVersion, "the file keeps the version it was made with")
+    }
+}
+
+@Suite("SignatureGenerator streaming")
+struct SignatureStreamingTests {
+    @Test("appending in chunks of odd sizes gives exactly the peaks of one append")
+    func oddChunks() async throws {
+        let m = Signal.slice(try await music.value(), start: 0, seconds: 8)
+        let whole = SignatureGenerator.signature(of: m)
+        let g = SignatureGenerator()
+        let sizes = [1, 7, 333, 4099, 10_007, 441, 2048, 13]
+        var start = 0, k = 0
+        while start < m.count {
+            let end = min(m.count, start + sizes[k % sizes.count])
+            try g.append(Array(m[start..<end]))
+            start = end
+            k += 1
+        }
+        let chunked = g.signature()
+        #expect(chunked.peaks.count == whole.peaks.count)
+        #expect(chunked.peaks == whole.peaks)
+        #expect(chunked.duration == whole.duration)
+    }
+
+    @Test("a buffer time that continues the stream is the same as no time")
+    func contiguousTimes() async throws {
+        let m = Signal.slice(try await music.value(), start: 0, seconds: 6)
+        let g = SignatureGenerator()
+        try g.append(Array(m[0..<100_000]), at: 0)
+        try g.append(Array(m[100_000...]), at: 100_000 / 44_100)
+        #expect(g.signature().peaks == SignatureGenerator.signature(of: m).peaks)
+    }
+
+    @Test("after a timestamped gap, later peaks sit at their stream time")
+    func gapKeepsTime() async throws {
+        let m = try await music.value()
+        let a = Signal.slice(m, start: 0, seconds: 3), b = Signal.slice(m, start: 8, seconds: 3)
+        let g = SignatureGenerator()
+        try g.append(a, at: 0)
+        try g.append(b, at: 10)            // 10 s = frame 1000 exactly (hop 441)
+        let gapped = g.signature()
+        #expect(abs(gapped.duration - 13) < 1e-9)
+
+        let aAlone = SignatureGenerator.signature(of: a)
+        let bAlone = SignatureGenerator.signature(of: b)
+        #expect(!bAlone.peaks.isEmpty)
+        let before = gapped.peaks.filter { $0.frame < 1000 }
+        let after = gapped.peaks.filter { $0.frame >= 1000 }
+        #expect(before == aAlone.peaks)
+        let shifted = bAlone.peaks.map { p -> Peak in var q = p; q.frame += 1000; return q }
+        #expect(after == shifted)
+        #expect(!gapped.peaks.contains { $0.frame > 300 && $0.frame < 1000 }, "no peaks inside the gap")
+    }
+
+    @Test("a gap that does not fall on a frame boundary still keeps times within one frame")
+    func unalignedGap() async throws {
+        let m = try await music.value()
+        let b = Signal.slice(m, start: 8, seconds: 4)
+        let g = SignatureGenerator()
+        try g.append(Signal.slice(m, start: 0, seconds: 2))
+        try g.append(b, at: 7.2345)
+        let after = g.signature().peaks.filter { $0.frame >= 700 }
+        let reference = SignatureGenerator.signature(of: b).peaks.filter { $0.rank < 14 }
+        // Each strong peak of B alone reappears at the same bin, 7.2345 s (723.45 frames) later, ± 1 frame.
+        let found = reference.filter { p in
+            after.contains { q in q.bin == p.bin && abs(Double(q.frame) - (Double(p.frame) + 723.45)) <= 1.0 }
+        }
+        #expect(Double(found.count) >= 0.8 * Double(reference.count), "\(found.count) of \(reference.count) peaks found")
+        #expect(after.allSatisfy { $0.frame >= 724 }, "the first frame after the gap starts at or after 7.2345 s")
+    }
+
+    @Test("a buffer time before the end of the stream throws")
+    func timeGoesBack() async throws {
+        let m = try await music.value()
+        let g = SignatureGenerator()
+        try g.append(Signal.slice(m, start: 0, seconds: 1))
+        #expect(throws: SignatureError.self) { try g.append(Signal.slice(m, start: 1, seconds: 1), at: 0.5) }
+    }
+}

@@ -1,0 +1,200 @@
+import Foundation
+
+/// What a finished child process left behind.
+public struct ProcessOutput: Sendable, CustomStringConvertible {
+    public var status: Int32
+    public var stdout: Data
+    public var stderr: Data
+    /// True when the process was killed because it ran past its time limit.
+    public var timedOut: Bool
+
+    public var stdoutText: String { String(decoding: stdout, as: UTF8.self) }
+    public var stderrText: String { String(decoding: stderr, as: UTF8.self) }
+
+    public var description: String {
+        "exit \(status)\(timedOut ? " (timed out)" : "")\n--- stdout ---\n\(stdoutText.prefix(4000))\n--- stderr ---\n\(stderrText.prefix(4000))"
+    }
+}
+
+/// Runs programs for the tests. Output goes to temporary files, so a chatty child can never
+/// block on a full pipe.
+public enum Run {
+    /// Absolute path of `name`, searched on PATH when it holds no slash.
+    public static func which(_ name: String) -> String? {
+        if name.contains("/") { return FileManager.default.isExecutableFile(atPath: name) ? name : nil }
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
+        for dir in path.split(separator: ":") where !dir.isEmpty {
+            let candidate = "\(dir)/\(name)"
+            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+        }
+        return nil
+    }
+
+    /// Runs `executable` to completion.
+    /// - Parameters:
+    ///   - environment: variables set (or, with a nil value, removed) on top of this process's environment.
+    ///   - stdin: bytes for standard input; /dev/null when nil.
+    ///   - timeout: seconds after which the child is killed (and `timedOut` is set).
+    public static func process(_ executable: String, _ arguments: [String], environment: [String: String?] = [:],
+                               currentDirectory: URL? = nil, stdin: Data? = nil,
+                               timeout: Double = 300) throws -> ProcessOutput {
+        guard let exe = which(executable) else { throw TestSupportError("program not found: \(executable)") }
+        let tmp = try TemporaryDirectory("proc")
+        let outURL = tmp.file("stdout"), errURL = tmp.file("stderr"), inURL = tmp.file("stdin")
+        _ = FileManager.default.createFile(atPath: outURL.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: errURL.path, contents: nil)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: exe)
+        p.arguments = arguments
+        var env = ProcessInfo.processInfo.environment
+        for (k, v) in environment { env[k] = v }
+        p.environment = env
+        if let currentDirectory { p.currentDirectoryURL = currentDirectory }
+        let outHandle = try FileHandle(forWritingTo: outURL)
+        let errHandle = try FileHandle(forWritingTo: errURL)
+        defer {
+            try? outHandle.close()
+            try? errHandle.close()
+        }
+        p.standardOutput = outHandle
+        p.standardError = errHandle
+        var inHandle: FileHandle?
+        if let stdin {
+            try stdin.write(to: inURL)
+            inHandle = try FileHandle(forReadingFrom: inURL)
+            p.standardInput = inHandle
+        } else {
+            p.standardInput = FileHandle.nullDevice
+        }
+        defer { try? inHandle?.close() }
+
+        let done = DispatchSemaphore(value: 0)
+        p.terminationHandler = { _ in done.signal() }
+        try p.run()
+        var timedOut = false
+        if done.wait(timeout: .now() + timeout) == .timedOut {
+            timedOut = true
+            kill(p.processIdentifier, SIGKILL)
+            done.wait()
+        }
+        p.waitUntilExit()
+        return ProcessOutput(status: p.terminationStatus, stdout: try Data(contentsOf: outURL),
+                             stderr: try Data(contentsOf: errURL), timedOut: timedOut)
+    }
+
+    /// Runs a tool that must succeed; throws with its output otherwise.
+    @discardableResult
+    public static func checked(_ executable: String, _ arguments: [String], environment: [String: String?] = [:],
+                               timeout: Double = 300) throws -> ProcessOutput {
+        let out = try process(executable, arguments, environment: environment, timeout: timeout)
+        guard out.status == 0, !out.timedOut else {
+            throw TestSupportError("\(executable) \(arguments.joined(separator: " ")) failed: \(out)")
+        }
+        return out
+    }
+
+    /// `sox ARGS` (must succeed).
+    public static func sox(_ arguments: [String]) throws {
+        try checked("sox", ["--no-show-progress"] + arguments)
+    }
+
+    /// `ffmpeg -nostdin -y ARGS` (must succeed).
+    public static func ffmpeg(_ arguments: [String]) throws {
+        try checked("ffmpeg", ["-nostdin", "-hide_banner", "-loglevel", "error", "-y"] + arguments)
+    }
+
+    /// `sqlite3 DB SQL` (must succeed); returns standard output.
+    @discardableResult
+    public static func sqlite(_ database: String, _ sql: String) throws -> String {
+        try checked("sqlite3", [database, sql]).stdoutText
+    }
+}
+
+/// A `sqlite3` shell kept running beside the test, to hold locks the way another process would.
+public final class SQLiteShell: @unchecked Sendable {
+    private let process = Process()
+    private let input = Pipe()
+    private let output = Pipe()
+    private var closed = false
+
+    public init(database: String) throws {
+        guard let exe = Run.which("sqlite3") else { throw TestSupportError("sqlite3 not found (run tools/setup.sh)") }
+        process.executableURL = URL(fileURLWithPath: exe)
+        process.arguments = ["-batch", database]
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+    }
+
+    deinit { close() }
+
+    /// Sends `sql`, then waits until the shell has executed it (it echoes a marker afterwards).
+    /// Returns what the shell printed on the way.
+    @discardableResult
+    public func execute(_ sql: String, timeout: Double = 30) throws -> String {
+        let marker = "__done_\(UUID().uuidString.prefix(8))__"
+        input.fileHandleForWriting.write(Data("\(sql)\n.print \(marker)\n".utf8))
+        var text = ""
+        let deadline = Date().addingTimeInterval(timeout)
+        while !text.contains(marker) {
+            guard Date() < deadline else { throw TestSupportError("sqlite3 did not answer; got: \(text)") }
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { throw TestSupportError("sqlite3 exited; got: \(text)") }
+            text += String(decoding: chunk, as: UTF8.self)
+        }
+        return text.replacingOccurrences(of: marker + "\n", with: "")
+    }
+
+    /// Ends the shell (an open transaction is rolled back by SQLite).
+    public func close() {
+        guard !closed else { return }
+        closed = true
+        try? input.fileHandleForWriting.close()
+        process.waitUntilExit()
+    }
+}
+
+/// Runs the `earmark` command-line tool built next to the test bundle.
+public enum EarmarkCLI {
+    /// The built `earmark` executable: `$EARMARK_BIN`, else the `earmark` beside this test
+    /// process's executable (SwiftPM puts products and the test bundle in one folder).
+    public static func executable() throws -> String {
+        let fm = FileManager.default
+        if let forced = ProcessInfo.processInfo.environment["EARMARK_BIN"], !forced.isEmpty {
+            guard fm.isExecutableFile(atPath: forced) else { throw TestSupportError("EARMARK_BIN=\(forced) is not executable") }
+            return forced
+        }
+        var folders: [URL] = []
+        if let exe = try? fm.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+            folders.append(URL(fileURLWithPath: exe).deletingLastPathComponent())
+        }
+        if let exe = Bundle.main.executableURL { folders.append(exe.resolvingSymlinksInPath().deletingLastPathComponent()) }
+        if let arg0 = CommandLine.arguments.first, arg0.contains("/") {
+            folders.append(URL(fileURLWithPath: arg0).resolvingSymlinksInPath().deletingLastPathComponent())
+        }
+        for folder in folders {
+            // On Linux the test bundle is an executable in the products folder; on macOS it is a
+            // bundle (…/EarmarkPackageTests.xctest/Contents/MacOS/…) inside that folder.
+            var dir = folder
+            for _ in 0..<4 {
+                let candidate = dir.appendingPathComponent("earmark").path
+                var isDir: ObjCBool = false
+                if fm.fileExists(atPath: candidate, isDirectory: &isDir), !isDir.boolValue, fm.isExecutableFile(atPath: candidate) {
+                    return candidate
+                }
+                dir = dir.deletingLastPathComponent()
+            }
+        }
+        throw TestSupportError("the earmark binary was not found beside the test bundle (looked in \(folders.map(\.path))); build it with `swift build` or set EARMARK_BIN")
+    }
+
+    /// Runs `earmark ARGS`. The environment points the default catalog at a path that does not
+    /// exist, so a test can never touch the user's real catalog by accident.
+    public static func run(_ arguments: [String], environment: [String: String?] = [:],
+                           timeout: Double = 180) throws -> ProcessOutput {
+        var env: [String: String?] = ["EARMARK_CATALOG": TestPaths.scratchRoot.appendingPathComponent("no-default-catalog.earcat").path]
+        for (k, v) in environment { env[k] = v }
+        return try Run.process(try executable(), arguments, environment: env, timeout: timeout)
+    }
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Earmark needs to build and test (idempotent; run as root).
+# Quiet when everything is already present. Non-interactive (fine under CI=true, no stdin).
+set -euo pipefail
+
+PACKAGES=(
+  pkg-config libfftw3-dev libsndfile1-dev libsqlite3-dev libsoxr-dev
+  sox libsox-fmt-all ffmpeg sqlite3 ca-certificates
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  # "install ok installed" only: a removed package whose config files remain does not count.
+  status=$(dpkg -s "$p" 2>/dev/null || true)
+  if [[ $status != *"Status: install ok installed"* ]]; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "setup.sh: missing packages: ${missing[*]}; run as root (or: sudo $0)" >&2
+  exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+echo "setup.sh: installing ${missing[*]}"
+apt-get -o DPkg::Lock::Timeout=900 update -q
+apt-get -o DPkg::Lock::Timeout=900 install -y --no-install-recommends "${missing[@]}" </dev/null

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Fetches real music for Earmark's end-to-end tests from two Debian packages (downloaded, never
+# installed) and converts it into a small test set:
+#
+#   $DIR/reference/*.flac|*.ogg   6 tracks (≥ 60 s each) that tests put into a catalog
+#   $DIR/negative/*.flac|*.ogg    2 tracks of other music that must not match them
+#   $DIR/SOURCES.tsv               where every file came from
+#   $DIR/READY                     written last, when everything above is complete (first line: set version)
+#
+# DIR is $EARMARK_TEST_AUDIO, else ~/.cache/earmark-test-audio. Idempotent: with a READY of this
+# set version present it only prints DIR. Downloads about 22 MB (pingus-data 11.7 MB, asc-music
+# 10.3 MB); the finished set is about 50 MB. Needs apt-get (root only if the package lists must be
+# refreshed), dpkg-deb, ffmpeg (with libopenmpt, as Debian's is) and flock.
+# Prints DIR on standard output; progress and errors go to standard error.
+set -euo pipefail
+
+home=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
+DIR=${EARMARK_TEST_AUDIO:-$home/.cache/earmark-test-audio}
+# Bump when the set changes; a folder made by another version is rebuilt.
+SET_VERSION="earmark-test-audio 2"
+
+ready() { [ -f "$DIR/READY" ] && [ "$(head -n 1 "$DIR/READY")" = "$SET_VERSION" ]; }
+
+if ready; then
+  echo "$DIR"
+  exit 0
+fi
+
+for tool in apt-get dpkg-deb ffmpeg ffprobe flock; do
+  command -v "$tool" >/dev/null || { echo "test-audio.sh: $tool is missing (run tools/setup.sh)" >&2; exit 1; }
+done
+
+mkdir -p "$DIR"
+# Several test processes may ask at once: one prepares, the others wait for it.
+exec 9>"$DIR/.lock"
+flock -w 900 9 || { echo "test-audio.sh: timed out waiting for $DIR/.lock" >&2; exit 1; }
+if ready; then
+  echo "$DIR"
+  exit 0
+fi
+
+work=$(mktemp -d "$DIR/.work.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+# apt-get download, run as root into a folder its _apt user cannot write, warns and downloads
+# without its sandbox; the warning lands in download.log.
+cd "$work"
+
+REFERENCE_PACKAGE=pingus-data   # tracker music (GPL), rendered by ffmpeg's libopenmpt
+NEGATIVE_PACKAGE=asc-music      # MP3 soundtrack of Advanced Strategic Command
+
+log() { echo "test-audio.sh: $*" >&2; }
+
+download() {
+  if apt-get download "$@" >download.log 2>&1; then return 0; fi
+  # Fresh machines may have no package lists yet.
+  if [ "$(id -u)" -ne 0 ]; then
+    cat download.log >&2
+    log "apt-get download failed; refresh the package lists as root (apt-get update) and retry"
+    return 1
+  fi
+  log "refreshing package lists"
+  apt-get -o DPkg::Lock::Timeout=900 update -q >update.log 2>&1 || { cat update.log >&2; return 1; }
+  apt-get download "$@" >download.log 2>&1 || { cat download.log >&2; return 1; }
+}
+
+log "downloading $REFERENCE_PACKAGE and $NEGATIVE_PACKAGE into $DIR (about 22 MB)"
+download "$REFERENCE_PACKAGE" "$NEGATIVE_PACKAGE"
+for pkg in "$REFERENCE_PACKAGE" "$NEGATIVE_PACKAGE"; do
+  deb=$(ls "$work"/"${pkg}"_*.deb)
+  dpkg-deb -x "$deb" "$work/root"
+  dpkg-deb -W --showformat='${Package}\t${Version}\n' "$deb" >>versions.txt
+done
+
+mkdir -p out/reference out/negative
+printf 'file\tpackage\tsource\tstart_s\tduration_s\n' >out/SOURCES.tsv
+
+# convert SRC DEST START MAXLEN PACKAGE: decodes with ffmpeg, writes FLAC (source rate/channels)
+# or Ogg Vorbis (44.1 kHz), and insists on at least 60 s of audio.
+convert() {
+  local src=$1 dest=$2 start=$3 maxlen=$4 pkg=$5
+  local codec
+  case "$dest" in
+    *.flac) codec=(-c:a flac) ;;
+    *.ogg) codec=(-ar 44100 -c:a libvorbis -q:a 6) ;;
+    *) log "unknown target format: $dest"; return 1 ;;
+  esac
+  ffmpeg -nostdin -hide_banner -loglevel error -ss "$start" -i "$src" -t "$maxlen" -vn -map_metadata -1 \
+    "${codec[@]}" "$dest"
+  local dur
+  dur=$(ffprobe -v error -show_entries format=duration -of csv=p=0 "$dest")
+  if ! awk -v d="$dur" 'BEGIN { exit !(d >= 60) }'; then
+    log "$dest is only $dur s long (need ≥ 60 s)"
+    return 1
+  fi
+  printf '%s\t%s\t%s\t%s\t%.2f\n' "${dest#out/}" "$pkg" "${src#root}" "$start" "$dur" >>out/SOURCES.tsv
+}
+
+music=root/usr/share/games/pingus/data/music
+convert "$music/pingus-3.it" out/reference/pingus-3.ogg 0 100 "$REFERENCE_PACKAGE"
+convert "$music/pingus-4.it" out/reference/pingus-4.flac 0 100 "$REFERENCE_PACKAGE"
+convert "$music/pingus-5.it" out/reference/pingus-5.ogg 0 100 "$REFERENCE_PACKAGE"
+convert "$music/pingus-6.it" out/reference/pingus-6.flac 0 100 "$REFERENCE_PACKAGE"
+convert "$music/sorcerer.it" out/reference/sorcerer.flac 0 100 "$REFERENCE_PACKAGE"
+convert "$music/goin_march.it" out/reference/goin_march.ogg 0 100 "$REFERENCE_PACKAGE"
+
+asc=root/usr/share/games/asc/music
+convert "$asc/frontiers.mp3" out/negative/frontiers.ogg 30 90 "$NEGATIVE_PACKAGE"
+convert "$asc/machine_wars.mp3" out/negative/machine_wars.flac 30 90 "$NEGATIVE_PACKAGE"
+
+cp versions.txt out/PACKAGES.txt
+rm -f "$DIR/READY"
+rm -rf "$DIR/reference" "$DIR/negative"
+mv out/reference out/negative out/SOURCES.tsv out/PACKAGES.txt "$DIR/"
+{ echo "$SET_VERSION"; date -u +%Y-%m-%dT%H:%M:%SZ; } >"$DIR/READY"
+log "ready"
+echo "$DIR"
