@@ -14,7 +14,9 @@ public struct AudioDigest {
     public mutating func update(_ samples: [Float]) {
         samples.withUnsafeBufferPointer { buf in
             for s in buf {
-                let v = UInt16(bitPattern: Int16(max(-32768, min(32767, (s * 32767).rounded()))))
+                // Round half away from zero with a truncating conversion (no libm call per sample).
+                let x = max(-32767.5, min(32767.4, s * 32767))
+                let v = UInt16(bitPattern: Int16(x < 0 ? x - 0.5 : x + 0.5))
                 word = word << 16 | UInt64(v)
                 inWord += 1
                 if inWord == 4 { mix(word); word = 0; inWord = 0 }
