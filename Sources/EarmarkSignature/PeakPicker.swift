@@ -33,9 +33,11 @@ final class PeakPicker {
     /// (max and order do not change under log), and only the kept ones get a level in dB.
     private let tiltFactor: [Float]
     private let floorPower: Float
-    // Ring of tilt-compensated power spectra and their frequency-direction running maxima.
-    private var spectra: [[Float]]
-    private var freqMax: [[Float]]
+    // Ring of tilt-compensated power spectra and their frequency-direction running maxima,
+    // `ringSize` rows of `bandCount` values each, flat.
+    private let ringSize: Int
+    private var spectra: [Float]
+    private var freqMax: [Float]
     private var frames: [Int]
     private var candidates: [Peak] = []   // stage-2 queue, ordered by frame
     private var firstUnranked = 0
@@ -44,8 +46,8 @@ final class PeakPicker {
     init(config: SignatureConfiguration) {
         self.config = config
         bandCount = config.maxBin - config.minBin
-        let ringSize = 2 * config.peakTimeRadius + 1
-        spectra = Array(repeating: [Float](repeating: 0, count: bandCount), count: ringSize)
+        ringSize = 2 * config.peakTimeRadius + 1
+        spectra = [Float](repeating: 0, count: ringSize * bandCount)
         freqMax = spectra
         frames = Array(repeating: -1, count: ringSize)
         // +3 dB per octave, so that the usual downward slope of music spectra does not put every peak in the bass.
@@ -67,56 +69,67 @@ final class PeakPicker {
     private func examineTail() {
         guard lastFrame >= 0 else { return }
         for center in max(0, lastFrame - config.peakTimeRadius + 1)...lastFrame
-        where frames[center % spectra.count] == center {
+        where frames[center % ringSize] == center {
             examine(center: center)
         }
         lastFrame = -1
     }
 
     func push(frame: Int, power: UnsafeBufferPointer<Float>) {
-        let ring = spectra.count
-        let slot = frame % ring
+        let slot = frame % ringSize
         frames[slot] = frame
-        spectra[slot].withUnsafeMutableBufferPointer { s in
-            for k in 0..<bandCount { s[k] = power[k] * tiltFactor[k] }
-        }
-        let r = config.peakBinRadius
-        spectra[slot].withUnsafeBufferPointer { s in
-            freqMax[slot].withUnsafeMutableBufferPointer { m in
-                for k in 0..<bandCount {
-                    var best = s[k]
-                    let lo = max(0, k - r), hi = min(bandCount - 1, k + r)
-                    for j in lo...hi where s[j] > best { best = s[j] }
-                    m[k] = best
+        let band = bandCount, r = config.peakBinRadius
+        let row = slot * band
+        spectra.withUnsafeMutableBufferPointer { sp in
+            freqMax.withUnsafeMutableBufferPointer { mp in
+                tiltFactor.withUnsafeBufferPointer { t in
+                    let s = sp.baseAddress! + row, m = mp.baseAddress! + row
+                    for k in 0..<band { s[k] = power[k] * t[k] }
+                    for k in 0..<band {
+                        var best = s[k]
+                        for j in max(0, k - r)...min(band - 1, k + r) where s[j] > best { best = s[j] }
+                        m[k] = best
+                    }
                 }
             }
         }
         lastFrame = frame
         let radius = config.peakTimeRadius
         let center = frame - radius
-        if center >= 0, frames[center % ring] == center { examine(center: center) }
+        if center >= 0, frames[center % ringSize] == center { examine(center: center) }
         rank(upTo: frame - radius - config.rankRadius)
     }
 
     private func examine(center: Int) {
-        let ring = spectra.count
         let radius = config.peakTimeRadius
-        let cslot = center % ring
-        let cs = spectra[cslot]
-        let cm = freqMax[cslot]
-        for k in 0..<bandCount {
-            let v = cs[k]
-            guard v == cm[k], v > floorPower * tiltFactor[k] else { continue }
-            var isPeak = true
-            for dt in -radius...radius where dt != 0 {
-                let f = center + dt
-                let slot = ((f % ring) + ring) % ring
-                guard f >= 0, frames[slot] == f else { continue }
-                // Strict on one side so a plateau yields one peak.
-                if dt < 0 ? freqMax[slot][k] >= v : freqMax[slot][k] > v { isPeak = false; break }
-            }
-            if isPeak {
-                candidates.append(Peak(frame: UInt32(center), bin: UInt16(k + config.minBin), rank: 0, level: 10 * log10f(v)))
+        let band = bandCount
+        // Rows of the neighbouring frames present in the ring (−1: missing, at a gap or the start).
+        var rows = [Int](repeating: -1, count: 2 * radius + 1)
+        for dt in -radius...radius {
+            let f = center + dt
+            let slot = ((f % ringSize) + ringSize) % ringSize
+            if f >= 0, frames[slot] == f { rows[dt + radius] = slot * band }
+        }
+        let crow = rows[radius]
+        let floor = floorPower
+        let minBin = config.minBin
+        spectra.withUnsafeBufferPointer { sp in
+            freqMax.withUnsafeBufferPointer { mp in
+                tiltFactor.withUnsafeBufferPointer { t in
+                    for k in 0..<band {
+                        let v = sp[crow + k]
+                        guard v == mp[crow + k], v > floor * t[k] else { continue }
+                        var isPeak = true
+                        for i in 0..<rows.count where i != radius && rows[i] >= 0 {
+                            let other = mp[rows[i] + k]
+                            // Strict on one side so a plateau yields one peak.
+                            if i < radius ? other >= v : other > v { isPeak = false; break }
+                        }
+                        if isPeak {
+                            candidates.append(Peak(frame: UInt32(center), bin: UInt16(k + minBin), rank: 0, level: 10 * log10f(v)))
+                        }
+                    }
+                }
             }
         }
     }
@@ -124,22 +137,27 @@ final class PeakPicker {
     /// Ranks every candidate whose frame is ≤ `limit` (all its ±rankRadius neighbours are known).
     private func rank(upTo limit: Int) {
         let radius = config.rankRadius
+        let cap = config.queryRankLimit
         var lo = 0
-        while firstUnranked < candidates.count, Int(candidates[firstUnranked].frame) <= limit {
-            let c = candidates[firstUnranked]
-            while Int(candidates[lo].frame) < Int(c.frame) - radius { lo += 1 }
-            var stronger = 0
-            var j = lo
-            while j < candidates.count, Int(candidates[j].frame) <= Int(c.frame) + radius {
-                if candidates[j].level > c.level { stronger += 1 }
-                j += 1
+        candidates.withUnsafeBufferPointer { c in
+            while firstUnranked < c.count, Int(c[firstUnranked].frame) <= limit {
+                let cand = c[firstUnranked]
+                let f = Int(cand.frame)
+                while Int(c[lo].frame) < f - radius { lo += 1 }
+                // Only ranks below the cap are kept, so counting stops there.
+                var stronger = 0
+                var j = lo
+                while j < c.count, Int(c[j].frame) <= f + radius, stronger < cap {
+                    if c[j].level > cand.level { stronger += 1 }
+                    j += 1
+                }
+                if stronger < cap {
+                    var p = cand
+                    p.rank = UInt16(stronger)
+                    peaks.append(p)
+                }
+                firstUnranked += 1
             }
-            if stronger < config.queryRankLimit {
-                var p = c
-                p.rank = UInt16(stronger)
-                peaks.append(p)
-            }
-            firstUnranked += 1
         }
         // Keep only candidates that can still be neighbours of unranked ones.
         let keepFrom = limit - radius
