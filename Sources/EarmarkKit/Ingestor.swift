@@ -25,7 +25,7 @@ public struct IngestOutcome: Sendable {
     public var audioSeconds: Double
 }
 
-/// Progress of a long ingest, reported after each file.
+/// Progress of a long ingest, reported after each file (unchanged files included), in argument order.
 public struct IngestProgress: Sendable {
     public var done: Int
     public var total: Int
@@ -69,8 +69,11 @@ public struct Ingestor: Sendable {
             let abs = Ingestor.absolute(path)
             if let (size, mtime) = Ingestor.fileStamp(abs),
                let t = try catalog.unchangedTrack(sourcePath: abs, size: size, modified: mtime) {
-                outcomes[i] = IngestOutcome(path: path, status: .unchanged, track: t, error: nil, audioSeconds: 0)
+                let outcome = IngestOutcome(path: path, status: .unchanged, track: t, error: nil, audioSeconds: 0)
+                outcomes[i] = outcome
                 done += 1
+                progress(IngestProgress(done: done, total: files.count, audioSeconds: 0, elapsed: 0, current: path,
+                                        outcome: outcome))
             } else {
                 pending.append(i)
             }

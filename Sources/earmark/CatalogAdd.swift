@@ -126,11 +126,27 @@ struct CatalogAddCommand: AsyncParsableCommand {
                                     workers: jobs ?? ProcessInfo.processInfo.activeProcessorCount,
                                     busyTimeout: options.lockTimeout)
             let bar = ProgressBar(enabled: !options.json && stderrIsTerminal)
+            let human = !options.json
+            // Human output: each file's line as soon as it is stored, paths that could not be read first.
+            if human {
+                for case .failed(let path, let error) in items {
+                    bar.printLine(AddResultJSON(path: path, status: IngestOutcome.Status.failed.rawValue, track: nil,
+                                                error: error, audioSeconds: 0).humanLine)
+                }
+            }
             let start = ContinuousClock.now
             let outcomes: [IngestOutcome]
             do {
                 outcomes = try await ingestor.add(files: files, describe: { frozen[$0] ?? TrackDescription() },
-                                                  progress: { bar.update($0) })
+                                                  progress: { p in
+                    if human {
+                        let o = p.outcome
+                        bar.printLine(AddResultJSON(path: o.path, status: o.status.rawValue, track: o.track,
+                                                    error: o.error.map { prefixed($0, with: o.path) },
+                                                    audioSeconds: o.audioSeconds).humanLine)
+                    }
+                    bar.update(p)
+                })
             } catch {
                 bar.finish()
                 throw error
@@ -156,7 +172,6 @@ struct CatalogAddCommand: AsyncParsableCommand {
             if options.json {
                 try printJSON(report)
             } else {
-                for r in results { print(r.humanLine) }
                 let audio = results.reduce(0) { $0 + $1.audioSeconds }
                 let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) * 1e-18
                 var summary = "\(report.added) added, \(report.duplicate) skipped (same audio), "

@@ -24,6 +24,18 @@ final class ProgressBar: @unchecked Sendable {
         writeStderr("\r" + ProgressBar.line(p, width: ProgressBar.terminalWidth()) + "\u{1B}[K")
     }
 
+    /// Prints `text` as a line on standard output, above the bar (which the next update redraws).
+    func printLine(_ text: String) {
+        lock.lock()
+        defer { lock.unlock() }
+        if enabled && visible {
+            writeStderr("\r\u{1B}[K")
+            visible = false
+        }
+        print(text)
+        fflush(nil)
+    }
+
     /// Erases the bar.
     func finish() {
         guard enabled else { return }
