@@ -195,6 +195,29 @@ struct CLIWriteTests {
         #expect(try EarmarkCLI.run(["match", "--catalog", catalog, clipB.path]).status == 0)
     }
 
+    @Test("catalog add prints one line per file in argument order: added, then unchanged on a re-add, FAILED for a missing path")
+    func addLines() throws {
+        let audio = try TestAudio.set()
+        let dir = try TemporaryDirectory("cli-lines")
+        let catalog = dir.path("l.earcat")
+        let b = dir.file("b.flac"), a = dir.file("a.flac")
+        try Run.sox([try audio.reference("pingus-5").path, b.path, "trim", "0", "12"])
+        try Run.sox([try audio.reference("pingus-6").path, a.path, "trim", "0", "12"])
+        let first = try EarmarkCLI.run(["catalog", "add", "--catalog", catalog, b.path, a.path])
+        #expect(first.status == 0, "\(first)")
+        let added = first.stdoutText.split(separator: "\n").filter { $0.hasPrefix("added") }
+        #expect(added.count == 2 && added[0].contains(" b (") && added[1].contains(" a ("), "\(first)")
+
+        let missing = dir.path("missing.ogg")
+        let again = try EarmarkCLI.run(["catalog", "add", "--catalog", catalog, missing, b.path, a.path])
+        #expect(again.status == 2, "\(again)")
+        let lines = again.stdoutText.split(separator: "\n").map(String.init)
+        #expect(lines.count == 4, "\(again)")
+        #expect(lines.first?.hasPrefix("FAILED") == true && lines.first?.contains("missing.ogg") == true, "\(again)")
+        #expect(lines.dropFirst().prefix(2).allSatisfy { $0.hasPrefix("unchanged") }, "\(again)")
+        #expect(lines.last?.contains("2 unchanged, 1 failed") == true, "\(again)")
+    }
+
     @Test("with the write lock held elsewhere, catalog add --lock-timeout 0.5 fails with exit 2; the catalog is intact")
     func lockTimeout() throws {
         let audio = try TestAudio.set()
