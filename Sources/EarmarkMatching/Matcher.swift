@@ -20,6 +20,18 @@ public struct MatchOptions: Sendable, Equatable {
     public var candidates: Int
     /// A match needs at least this many verified peaks. Default 5.
     public var minimumVerifiedPeaks: Int
+    /// Speed factors tried (in this order) when nothing matches at the original speed. Default: 0.90…1.10
+    /// in steps of 0.5 %, nearest to 1 first; empty disables the search.
+    public var speedFactors: [Double] = MatchOptions.defaultSpeedFactors
+    public static let defaultSpeedFactors: [Double] = {
+        var factors: [Double] = []
+        for step in 1...20 {
+            let d = 0.005 * Double(step)
+            factors.append(1 + d)
+            factors.append(1 - d)
+        }
+        return factors
+    }()
     /// Query peaks of rank below this are verified against the reference constellation. Default 14.
     public var verifyRankLimit: Int = 14
 
@@ -57,6 +69,10 @@ public struct Match: Sendable, Codable, Equatable {
     public var queryPeaks: Int
     /// Other offsets (seconds) where the clip fits the track almost as well: the music repeats there.
     public var alternativeOffsets: [Double]
+    /// How much higher the clip sounds than the reference, as a fraction (0.03: 3 % higher), as in ShazamKit.
+    public var frequencySkew: Double
+    /// Reference seconds per clip second (1.03: the clip plays 3 % faster than the reference).
+    public var timeScale: Double
     /// Seconds of the query covered by aligned hits.
     public var queryStart: Double
     public var queryEnd: Double
@@ -102,6 +118,55 @@ public final class Matcher {
 
     public func match(_ signature: Signature) throws -> MatchResult {
         try signature.validateForMatching(configuration: configuration)
+        let plain = try matchOnce(signature, trials: 1)
+        // Speed search only when nothing matched as is.
+        guard plain.matches.isEmpty, !options.speedFactors.isEmpty else { return plain }
+        // Nothing at the original speed: undo each candidate speed change on the query's peaks
+        // (time × s, frequency ÷ s) and search again. Each extra search is one more chance for a
+        // coincidence, which the significance pays for.
+        var best = plain
+        var bestSpeed = 1.0
+        func attempt(_ s: Double) throws {
+            var r = try matchOnce(Matcher.unskewed(signature, speed: s, configuration: configuration),
+                                  trials: 2 * options.speedFactors.count, minimumHits: options.supportingHits)
+            guard let top = r.matches.first, top.significance > (best.matches.first?.significance ?? -.infinity) else { return }
+            for i in r.matches.indices {
+                r.matches[i].timeScale *= s
+                r.matches[i].frequencySkew = r.matches[i].timeScale - 1
+                r.matches[i].queryStart /= s
+                r.matches[i].queryEnd /= s
+            }
+            r.queryDuration = signature.duration
+            best = r
+            bestSpeed = s
+        }
+        for s in options.speedFactors {
+            try attempt(s)
+            // Nearest speeds come first; a clearly strong match ends the search once its neighbours are tried.
+            if let top = best.matches.first, top.significance >= options.minimumSignificance + 3 {
+                let found = bestSpeed
+                for neighbour in [found - 0.005, found + 0.005] where abs(neighbour - 1) > 0.001 && abs(neighbour - 1) <= 0.1001 {
+                    try attempt(neighbour)
+                }
+                break
+            }
+        }
+        return best
+    }
+
+    /// The peaks a reference would have had, if the query is the reference played `speed` times faster.
+    static func unskewed(_ signature: Signature, speed s: Double, configuration: SignatureConfiguration) -> Signature {
+        var peaks: [Peak] = []
+        peaks.reserveCapacity(signature.peaks.count)
+        for p in signature.peaks {
+            let bin = Int((Double(p.bin) / s).rounded())
+            guard bin >= configuration.minBin, bin < configuration.maxBin else { continue }
+            peaks.append(Peak(frame: UInt32((Double(p.frame) * s).rounded()), bin: UInt16(bin), rank: p.rank, level: p.level))
+        }
+        return Signature(configurationVersion: signature.configurationVersion, duration: signature.duration * s, peaks: peaks)
+    }
+
+    private func matchOnce(_ signature: Signature, trials: Int, minimumHits: Int? = nil) throws -> MatchResult {
         peakCache.removeAll(keepingCapacity: true)
         let landmarks = Landmarks.extract(from: signature, role: .query, configuration: configuration)
         // Query landmarks sorted by hash; `first[h]` is the index of the first one with hash h (or −1).
@@ -169,27 +234,35 @@ public final class Matcher {
             let bestExcess = v.evidence
             let alternatives = tried.filter { $0.offset != t.offset && $0.excess >= 0.9 * bestExcess && bestExcess > 0 }
                 .map { Double($0.offset) * fd }
-            let verification = v.evidence - log10(Double(max(1, considered.count) * tried.count))
+            let verification = v.evidence - log10(Double(max(1, considered.count) * tried.count * trials))
             let significance = verification + (t.hits >= options.supportingHits ? options.hashBonus : 0)
             let runnerUp = rank == 0 ? (considered.count > 1 ? considered[1].hits : 0) : considered[0].hits
-            guard t.hits >= options.minimumHits, v.matched >= options.minimumVerifiedPeaks,
+            guard t.hits >= (minimumHits ?? options.minimumHits), v.matched >= options.minimumVerifiedPeaks,
                   significance >= options.minimumSignificance else { continue }
-            // Inliers refine the offset and give the covered ranges.
-            var sum = 0.0, count = 0.0
+            // Inliers give the covered ranges and, by least squares of reference on query frames, the
+            // residual time scale (a speed a little off the searched one drifts the offset along the clip)
+            // and the offset at the clip's start.
+            var n = 0.0, sq = 0.0, sr = 0.0, sqq = 0.0, sqr = 0.0
             var qmin = UInt32.max, qmax: UInt32 = 0
-            for h in hits[t.range] where abs(Int(h.offset) - t.offset) <= 1 {
-                sum += Double(h.offset)
-                count += 1
-                qmin = min(qmin, h.qframe)
-                qmax = max(qmax, h.qframe)
+            for h in hits[t.range] where abs(Int(h.offset) - t.offset) <= 6 {
+                let q = Double(h.qframe), r = Double(h.qframe) + Double(h.offset)
+                n += 1; sq += q; sr += r; sqq += q * q; sqr += q * r
+                if abs(Int(h.offset) - t.offset) <= 1 {
+                    qmin = min(qmin, h.qframe)
+                    qmax = max(qmax, h.qframe)
+                }
             }
-            let offset = sum / count * fd
+            let variance = sqq - sq * sq / n
+            var slope = variance > 0 ? (sqr - sq * sr / n) / variance : 1
+            if !(0.99...1.01).contains(slope) || n < 8 { slope = 1 }
+            let offset = (sr - slope * sq) / n * fd
             let qs = Double(qmin) * fd, qe = min(signature.duration, Double(qmax) * fd + Double(configuration.maxPairFrames) * fd)
             matches.append(Match(track: track, matchOffset: offset,
                                  confidence: Matcher.confidence(significance: significance, threshold: options.minimumSignificance),
                                  score: t.hits, significance: significance, runnerUpScore: runnerUp,
                                  verifiedPeaks: v.matched, queryPeaks: v.tested, alternativeOffsets: alternatives,
-                                 queryStart: qs, queryEnd: qe, referenceStart: offset + qs, referenceEnd: offset + qe))
+                                 frequencySkew: slope - 1, timeScale: slope,
+                                 queryStart: qs, queryEnd: qe, referenceStart: offset + slope * qs, referenceEnd: offset + slope * qe))
         }
         matches.sort { $0.significance > $1.significance }
         if matches.count > options.maximumMatches { matches.removeLast(matches.count - options.maximumMatches) }

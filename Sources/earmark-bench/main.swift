@@ -159,6 +159,16 @@ for r in positives where correct(r) && trackID(r.top) == r.q["track_id"] {
 }
 print("offset error on correct matches: median \(fmt(percentile(offsetErrors, 0.5) * 1000, 1)) ms, p95 \(fmt(percentile(offsetErrors, 0.95) * 1000, 1)) ms, max \(fmt((offsetErrors.max() ?? 0) * 1000, 1)) ms; within 0.1 s: \(offsetWithin)/\(offsetErrors.count); counting the alternative offsets reported for repeating music: \(offsetWithinAlt)/\(offsetErrors.count)")
 
+// Speed clips: the reported skew against the truth (sox speed r raises pitch by r − 1).
+let speedRate: [String: Double] = ["speed_p3": 1.03, "speed_m3": 0.97]
+var skewErrors: [Double] = []
+for r in positives where correct(r) {
+    if let rate = speedRate[r.q["degradation"]!], let m = r.top { skewErrors.append(abs(m.frequencySkew - (rate - 1))) }
+}
+if !skewErrors.isEmpty {
+    print("frequencySkew error on correct speed-change matches: median \(fmt(percentile(skewErrors, 0.5) * 100, 2)) pp, max \(fmt((skewErrors.max() ?? 0) * 100, 2)) pp; within 0.5 pp: \(skewErrors.filter { $0 <= 0.005 }.count)/\(skewErrors.count)")
+}
+
 let fps = negatives.filter { $0.top != nil }
 print("false positives on negative clips: \(fps.count)/\(negatives.count) = \(fmt(100 * Double(fps.count) / Double(max(1, negatives.count)), 2))%")
 for f in fps { print("  false positive \(f.q["qid"]!) \(f.q["source_id"]!) → \(trackID(f.top) ?? "") score \(f.top!.score) sig \(fmt(f.top!.significance, 2))") }
@@ -167,6 +177,9 @@ if !errors.isEmpty { print("query errors: \(errors.count) (e.g. \(errors[0].q["q
 
 let lat10 = results.filter { $0.q["duration_s"] == "10" }.map(\.ms)
 let latAll = results.map(\.ms)
+let skewed: Set<String> = ["speed_p3", "speed_m3", "pitch_p1", "pitch_m1", "tempo_p5", "tempo_m5"]
+let plain10 = results.filter { $0.q["duration_s"] == "10" && $0.top != nil && !skewed.contains($0.q["degradation"]!) }.map(\.ms)
+print("query latency, matched 10-s clips without speed/pitch/tempo change: median \(fmt(percentile(plain10, 0.5), 2)) ms, p95 \(fmt(percentile(plain10, 0.95), 2)) ms")
 print("query latency (in-process, decode + signature + lookup + scoring): 10-s clips median \(fmt(percentile(lat10, 0.5), 2)) ms, p95 \(fmt(percentile(lat10, 0.95), 2)) ms; all clips median \(fmt(percentile(latAll, 0.5), 2)) ms, p95 \(fmt(percentile(latAll, 0.95), 2)) ms")
 print("  of which matching (lookup + scoring + verification): 10-s clips median \(fmt(percentile(results.filter { $0.q["duration_s"] == "10" }.map(\.matchMs), 0.5), 2)) ms")
 print("peak memory (max RSS): \(fmt(peakRSSMB(), 0)) MB")

@@ -112,6 +112,49 @@ struct NegativeMatchingTests {
     }
 }
 
+@Suite("Matching clips played faster or slower")
+struct SpeedChangeTests {
+    /// sox `speed r` plays r times faster: pitch up by r − 1, and 10 s of clip cover 10·r s of the track.
+    @Test("a clip at another speed matches its track with the right offset and frequencySkew",
+          arguments: [("pingus-3", 40.0, 1.037), ("sorcerer", 20.0, 0.955), ("pingus-5", 12.0, 1.08)])
+    func speedChanged(stem: String, offset: Double, rate: Double) async throws {
+        let f = try await MatchingFixture.shared.value()
+        let dir = try TemporaryDirectory("speed")
+        let cut = dir.file("cut.wav"), fast = dir.file("fast.wav")
+        try Fixtures.cut(try f.audio.reference(stem), start: offset, seconds: 10 * rate, to: cut)
+        try Run.sox([cut.path, fast.path, "speed", String(rate), "rate", "44100"])
+        let result = try f.match(file: fast)
+        let best = try #require(result.matches.first, "no match for \(stem) at speed \(rate)")
+        #expect(best.track.id == f.ids[stem])
+        #expect(abs(best.frequencySkew - (rate - 1)) <= 0.005, "skew \(best.frequencySkew), expected \(rate - 1)")
+        #expect(abs(best.timeScale - rate) <= 0.005)
+        #expect(abs(best.matchOffset - offset) <= 0.1, "offset \(best.matchOffset), expected \(offset)")
+    }
+
+    @Test("a clip at its own speed reports a skew of about 0")
+    func ownSpeed() async throws {
+        let f = try await MatchingFixture.shared.value()
+        let dir = try TemporaryDirectory("own-speed")
+        let result = try f.match(file: try f.clip("pingus-4", at: 20, into: dir))
+        let best = try #require(result.matches.first)
+        #expect(abs(best.frequencySkew) <= 0.002)
+    }
+
+    @Test("with the speed search off, a 5 % faster clip does not match")
+    func searchOff() async throws {
+        let f = try await MatchingFixture.shared.value()
+        let dir = try TemporaryDirectory("speed-off")
+        let cut = dir.file("cut.wav"), fast = dir.file("fast.wav")
+        try Fixtures.cut(try f.audio.reference("pingus-3"), start: 40, seconds: 10.5, to: cut)
+        try Run.sox([cut.path, fast.path, "speed", "1.05", "rate", "44100"])
+        var options = MatchOptions.default
+        options.speedFactors = []
+        let catalog = try Catalog(path: f.catalogPath, readOnly: true)
+        let result = try Matcher(catalog: catalog, options: options).match(SignatureGenerator.signature(of: Fixtures.decode(fast)))
+        #expect(result.matches.isEmpty)
+    }
+}
+
 @Suite("Matching: one clip spanning two tracks")
 struct SpanningMatchingTests {
     @Test("5 s of track A then 5 s of track B matches both, each at its own offset")
