@@ -17,12 +17,14 @@ struct MatchCommand: AsyncParsableCommand {
 
         where "at" is the position in the reference track where the clip starts, score the number \
         of time-aligned fingerprint hits, runner-up the score of the best other track, and "clip" \
-        the stretch of the clip that matched. Further matches (several tracks in one clip) follow, \
+        the stretch of the clip that matched; a clip played faster or slower than the reference \
+        (up to ±10 %) ends with its speed, e.g. "speed +3.0 %". Further matches (several tracks in one clip) follow, \
         indented. A clip that cannot be read prints `path: error` on standard error and the \
         remaining clips are still matched.
 
         --json: for one clip, one object {path, matches: [{track, matchOffset, confidence, score, \
-        significance, runnerUpScore, queryStart, queryEnd, referenceStart, referenceEnd, …}], \
+        significance, runnerUpScore, frequencySkew, timeScale, alternativeOffsets, queryStart, \
+        queryEnd, referenceStart, referenceEnd, …}], \
         queryDuration, queryLandmarks, candidateHits, error}; for several clips, a JSON array of \
         those objects in argument order (a clip that failed has empty matches, null numbers and \
         its message in error; error is null otherwise).
@@ -129,8 +131,10 @@ struct ClipReport: Encodable {
     }
 
     static func describe(_ m: Match) -> String {
-        "\(trackLabel(m.track))  at \(formatOffset(m.matchOffset))"
+        // A skew under 0.2 % is measurement noise for a clip played at its own speed.
+        let speed = abs(m.frequencySkew) >= 0.002 ? String(format: ", speed %+.1f %%", m.frequencySkew * 100) : ""
+        return "\(trackLabel(m.track))  at \(formatOffset(m.matchOffset))"
             + String(format: " (offset %.2f s), confidence %.2f, score %d (runner-up %d), clip %.1f–%.1f s",
-                     m.matchOffset, m.confidence, m.score, m.runnerUpScore, m.queryStart, m.queryEnd)
+                     m.matchOffset, m.confidence, m.score, m.runnerUpScore, m.queryStart, m.queryEnd) + speed
     }
 }
