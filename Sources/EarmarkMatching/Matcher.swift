@@ -20,18 +20,9 @@ public struct MatchOptions: Sendable, Equatable {
     public var candidates: Int
     /// A match needs at least this many verified peaks. Default 5.
     public var minimumVerifiedPeaks: Int
-    /// Speed factors tried (in this order) when nothing matches at the original speed. Default: 0.90…1.10
-    /// in steps of 0.5 %, nearest to 1 first; empty disables the search.
-    public var speedFactors: [Double] = MatchOptions.defaultSpeedFactors
-    public static let defaultSpeedFactors: [Double] = {
-        var factors: [Double] = []
-        for step in 1...20 {
-            let d = 0.005 * Double(step)
-            factors.append(1 + d)
-            factors.append(1 - d)
-        }
-        return factors
-    }()
+    /// Skews tried (in this order) when nothing matches as is; empty disables the search.
+    /// Default ``Skew/defaultTrials``.
+    public var skewTrials: [Skew] = Skew.defaultTrials
     /// Query peaks of rank below this are verified against the reference constellation. Default 14.
     public var verifyRankLimit: Int = 14
 
@@ -47,6 +38,55 @@ public struct MatchOptions: Sendable, Equatable {
         self.maximumMatches = maximumMatches
         self.candidates = candidates
         self.minimumVerifiedPeaks = minimumVerifiedPeaks
+    }
+}
+
+/// A change of speed, tempo or pitch between a reference and a clip.
+public struct Skew: Sendable, Equatable {
+    /// Reference seconds per clip second (1.05: the clip plays 5 % faster).
+    public var time: Double
+    /// Clip frequency over reference frequency (1.05: the clip sounds 5 % higher).
+    public var frequency: Double
+
+    public init(time: Double, frequency: Double) {
+        self.time = time
+        self.frequency = frequency
+    }
+
+    /// Pitch and tempo together (a record played fast, a wrong sample-rate label).
+    public static func speed(_ s: Double) -> Skew { Skew(time: s, frequency: s) }
+    /// Tempo alone, pitch kept.
+    public static func tempo(_ s: Double) -> Skew { Skew(time: s, frequency: 1) }
+    /// Pitch alone, duration kept.
+    public static func pitch(_ p: Double) -> Skew { Skew(time: 1, frequency: p) }
+
+    var isSpeed: Bool { time == frequency }
+
+    /// The default search: speed 0.90…1.10 and pitch 0.94…1.06 (about ±1 semitone) in 0.5 % steps,
+    /// since a frequency error moves high peaks by whole bins; tempo 0.90…1.10 in 1 % steps, since
+    /// time tolerates more. Ordered by how far from no skew, so the nearest are tried first.
+    public static let defaultTrials: [Skew] = {
+        var trials: [(Double, Skew)] = []
+        for k in 1...20 {
+            let d = 0.005 * Double(k)
+            trials += [(d, .speed(1 + d)), (d, .speed(1 - d))]
+            if k % 2 == 0 { trials += [(d, .tempo(1 + d)), (d, .tempo(1 - d))] }
+            if k <= 12 { trials += [(d, .pitch(1 + d)), (d, .pitch(1 - d))] }
+        }
+        return trials.enumerated().sorted { ($0.element.0, $0.offset) < ($1.element.0, $1.offset) }.map(\.element.1)
+    }()
+
+    /// The skews one grid step either side of this one, of the same kind.
+    var neighbours: [Skew] {
+        let candidates: [Skew]
+        if isSpeed {
+            candidates = [.speed(time - 0.005), .speed(time + 0.005)]
+        } else if frequency == 1 {
+            candidates = [.tempo(time - 0.01), .tempo(time + 0.01)]
+        } else {
+            candidates = [.pitch(frequency - 0.005), .pitch(frequency + 0.005)]
+        }
+        return candidates.filter { abs($0.time - 1) + abs($0.frequency - 1) > 0.001 }
     }
 }
 
@@ -119,34 +159,48 @@ public final class Matcher {
     public func match(_ signature: Signature) throws -> MatchResult {
         try signature.validateForMatching(configuration: configuration)
         let plain = try matchOnce(signature, trials: 1)
-        // Speed search only when nothing matched as is.
-        guard plain.matches.isEmpty, !options.speedFactors.isEmpty else { return plain }
-        // Nothing at the original speed: undo each candidate speed change on the query's peaks
-        // (time × s, frequency ÷ s) and search again. Each extra search is one more chance for a
-        // coincidence, which the significance pays for.
+        // A skewed clip can still line up weakly over a short stretch; an unskewed match is strong and
+        // covers most of the clip. Anything less also tries the skews, and the more significant result wins.
+        let strong = options.minimumSignificance + 5
+        let weak = plain.matches.first.map { $0.significance < strong || ($0.queryEnd - $0.queryStart) < 0.6 * signature.duration } ?? true
+        guard !options.skewTrials.isEmpty, weak else { return plain }
+        // Nothing (or only a short stretch) as is: undo each candidate skew on the query's peaks (time × t, frequency ÷ f) and
+        // search again. Each extra search is one more chance for a coincidence, which the
+        // significance pays for, and it needs the supporting number of aligned hashes.
         var best = plain
-        var bestSpeed = 1.0
-        func attempt(_ s: Double) throws {
-            var r = try matchOnce(Matcher.unskewed(signature, speed: s, configuration: configuration),
-                                  trials: 2 * options.speedFactors.count, minimumHits: options.supportingHits)
-            guard let top = r.matches.first, top.significance > (best.matches.first?.significance ?? -.infinity) else { return }
+        var bestSkew: Skew?
+        let trials = 2 * options.skewTrials.count
+        func attempt(_ skew: Skew) throws {
+            var r = try matchOnce(Matcher.unskewed(signature, skew, configuration: configuration),
+                                  trials: trials, minimumHits: options.supportingHits)
+            // Every result here passed the significance threshold; among them the one with most aligned
+            // hashes has the skew closest to the truth.
+            guard let top = r.matches.first else { return }
+            if let current = best.matches.first,
+               (top.score, top.significance) <= (current.score, current.significance) { return }
             for i in r.matches.indices {
-                r.matches[i].timeScale *= s
-                r.matches[i].frequencySkew = r.matches[i].timeScale - 1
-                r.matches[i].queryStart /= s
-                r.matches[i].queryEnd /= s
+                // The fitted slope refines the time factor; for a speed change it refines the pitch too.
+                let slope = r.matches[i].timeScale
+                r.matches[i].timeScale = skew.time * slope
+                r.matches[i].frequencySkew = (skew.isSpeed ? skew.frequency * slope : skew.frequency) - 1
+                r.matches[i].queryStart /= skew.time
+                r.matches[i].queryEnd /= skew.time
             }
             r.queryDuration = signature.duration
             best = r
-            bestSpeed = s
+            bestSkew = skew
         }
-        for s in options.speedFactors {
-            try attempt(s)
-            // Nearest speeds come first; a clearly strong match ends the search once its neighbours are tried.
-            if let top = best.matches.first, top.significance >= options.minimumSignificance + 3 {
-                let found = bestSpeed
-                for neighbour in [found - 0.005, found + 0.005] where abs(neighbour - 1) > 0.001 && abs(neighbour - 1) <= 0.1001 {
-                    try attempt(neighbour)
+        for skew in options.skewTrials {
+            try attempt(skew)
+            // Nearest skews come first. A clearly strong match ends the grid; from there the search climbs
+            // to neighbouring skews of the same kind while they are more significant (a skew a step or two
+            // off still matches on the low bins).
+            if let found = bestSkew, let top = best.matches.first, top.significance >= strong {
+                var current = found
+                for _ in 0..<8 {
+                    for neighbour in current.neighbours { try attempt(neighbour) }
+                    guard let moved = bestSkew, moved != current else { break }
+                    current = moved
                 }
                 break
             }
@@ -154,16 +208,16 @@ public final class Matcher {
         return best
     }
 
-    /// The peaks a reference would have had, if the query is the reference played `speed` times faster.
-    static func unskewed(_ signature: Signature, speed s: Double, configuration: SignatureConfiguration) -> Signature {
+    /// The peaks the reference has where the query has `signature`, if the query is the reference skewed by `skew`.
+    static func unskewed(_ signature: Signature, _ skew: Skew, configuration: SignatureConfiguration) -> Signature {
         var peaks: [Peak] = []
         peaks.reserveCapacity(signature.peaks.count)
         for p in signature.peaks {
-            let bin = Int((Double(p.bin) / s).rounded())
+            let bin = Int((Double(p.bin) / skew.frequency).rounded())
             guard bin >= configuration.minBin, bin < configuration.maxBin else { continue }
-            peaks.append(Peak(frame: UInt32((Double(p.frame) * s).rounded()), bin: UInt16(bin), rank: p.rank, level: p.level))
+            peaks.append(Peak(frame: UInt32((Double(p.frame) * skew.time).rounded()), bin: UInt16(bin), rank: p.rank, level: p.level))
         }
-        return Signature(configurationVersion: signature.configurationVersion, duration: signature.duration * s, peaks: peaks)
+        return Signature(configurationVersion: signature.configurationVersion, duration: signature.duration * skew.time, peaks: peaks)
     }
 
     private func matchOnce(_ signature: Signature, trials: Int, minimumHits: Int? = nil) throws -> MatchResult {

@@ -131,6 +131,36 @@ struct SpeedChangeTests {
         #expect(abs(best.matchOffset - offset) <= 0.1, "offset \(best.matchOffset), expected \(offset)")
     }
 
+    @Test("a tempo-only change (sox tempo) matches with timeScale ≈ the factor and no frequency skew",
+          arguments: [("pingus-3", 35.0, 1.05), ("sorcerer", 15.0, 0.95)])
+    func tempoChanged(stem: String, offset: Double, rate: Double) async throws {
+        let f = try await MatchingFixture.shared.value()
+        let dir = try TemporaryDirectory("tempo")
+        let cut = dir.file("cut.wav"), out = dir.file("tempo.wav")
+        try Fixtures.cut(try f.audio.reference(stem), start: offset, seconds: 10 * rate, to: cut)
+        try Run.sox([cut.path, out.path, "tempo", "-m", String(rate)])
+        let best = try #require(try f.match(file: out).matches.first, "no match for \(stem) at tempo \(rate)")
+        #expect(best.track.id == f.ids[stem])
+        #expect(abs(best.timeScale - rate) <= 0.01, "timeScale \(best.timeScale), expected \(rate)")
+        #expect(abs(best.frequencySkew) <= 0.001)
+        #expect(abs(best.matchOffset - offset) <= 0.1, "offset \(best.matchOffset), expected \(offset)")
+    }
+
+    @Test("a pitch-only change of one semitone (sox pitch) matches with frequencySkew ≈ 2^(±1/12) − 1",
+          arguments: [("pingus-4", 25.0, 100), ("pingus-3", 50.0, -100)])
+    func pitchChanged(stem: String, offset: Double, cents: Int) async throws {
+        let f = try await MatchingFixture.shared.value()
+        let dir = try TemporaryDirectory("pitch")
+        let cut = dir.file("cut.wav"), out = dir.file("pitch.wav")
+        try Fixtures.cut(try f.audio.reference(stem), start: offset, seconds: 10, to: cut)
+        try Run.sox([cut.path, out.path, "pitch", String(cents)])
+        let best = try #require(try f.match(file: out).matches.first, "no match for \(stem) at \(cents) cents")
+        let expected = pow(2, Double(cents) / 1200) - 1
+        #expect(best.track.id == f.ids[stem])
+        #expect(abs(best.frequencySkew - expected) <= 0.005, "skew \(best.frequencySkew), expected \(expected)")
+        #expect(abs(best.matchOffset - offset) <= 0.1, "offset \(best.matchOffset), expected \(offset)")
+    }
+
     @Test("a clip at its own speed reports a skew of about 0")
     func ownSpeed() async throws {
         let f = try await MatchingFixture.shared.value()
@@ -140,7 +170,7 @@ struct SpeedChangeTests {
         #expect(abs(best.frequencySkew) <= 0.002)
     }
 
-    @Test("with the speed search off, a 5 % faster clip does not match")
+    @Test("with the skew search off, a 5 % faster clip does not match")
     func searchOff() async throws {
         let f = try await MatchingFixture.shared.value()
         let dir = try TemporaryDirectory("speed-off")
@@ -148,7 +178,7 @@ struct SpeedChangeTests {
         try Fixtures.cut(try f.audio.reference("pingus-3"), start: 40, seconds: 10.5, to: cut)
         try Run.sox([cut.path, fast.path, "speed", "1.05", "rate", "44100"])
         var options = MatchOptions.default
-        options.speedFactors = []
+        options.skewTrials = []
         let catalog = try Catalog(path: f.catalogPath, readOnly: true)
         let result = try Matcher(catalog: catalog, options: options).match(SignatureGenerator.signature(of: Fixtures.decode(fast)))
         #expect(result.matches.isEmpty)
