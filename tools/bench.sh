@@ -6,6 +6,7 @@
 #   tools/bench.sh                 # full query set: 23 clips per track (≥ 40 per cell), 300 negatives
 #   PER_TRACK=3 NEGATIVES=60 tools/bench.sh   # a quick draw
 #   tools/bench.sh --open          # extra earmark-bench flags (see earmark-bench --help)
+#   SKEW=1 tools/bench.sh          # then also speed ±5 % and ±10 % clips (tools/make_skew_queries.py)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=${EARMARK_CORPUS:-$HOME/.cache/earmark-corpus}
@@ -27,4 +28,12 @@ fi
 [ -f "$QUERIES/queries.tsv" ] || python3 "$SHARED/corpus/make_queries.py" --corpus "$ROOT/corpus/public" \
   --negative "$ROOT/corpus/negative" --out "$QUERIES" --per-track "$PER_TRACK" --negatives "$NEGATIVES"
 swift build -c release --product earmark-bench 2>&1 | grep -Ev '^\[[0-9]+/[0-9]+\]' || true
-"$(swift build -c release --show-bin-path)/earmark-bench" --corpus "$ROOT/corpus/public" --queries "$QUERIES" "$@"
+bench="$(swift build -c release --show-bin-path)/earmark-bench"
+"$bench" --corpus "$ROOT/corpus/public" --queries "$QUERIES" "$@"
+if [ "${SKEW:-0}" = 1 ]; then
+  SKEWQ=$ROOT/queries/skew-10s-2
+  [ -f "$SKEWQ/queries.tsv" ] || EARMARK_SHARED_CORPUS="$SHARED/corpus" python3 tools/make_skew_queries.py \
+    --corpus "$ROOT/corpus/public" --out "$SKEWQ" --durations 10 --per-track 2 --negatives 0
+  echo "== speed ±5 % and ±10 % (10-s clips)"
+  "$bench" --corpus "$ROOT/corpus/public" --queries "$SKEWQ" --reuse "$@"
+fi
