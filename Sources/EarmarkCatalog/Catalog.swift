@@ -22,8 +22,7 @@ public final class Catalog {
     public let configuration: SignatureConfiguration
     private let db: SQLiteConnection
     private let busyTimeout: Double
-    private lazy var lookupStatement: SQLiteStatement? = try? db.prepare(
-        "SELECT bucket, data FROM postings WHERE bucket IN (SELECT value FROM json_each(?1))")
+    private var lookupStatement: SQLiteStatement?
 
     /// The catalog used when no `--catalog` is given: `$EARMARK_CATALOG`, else
     /// `$XDG_DATA_HOME/earmark/catalog.earcat`, else `~/.local/share/earmark/catalog.earcat`.
@@ -377,7 +376,10 @@ public final class Catalog {
         guard !hashes.isEmpty else { return }
         var buckets = hashes.map { $0 >> Catalog.lowBits }
         buckets.sort()
-        guard let s = lookupStatement else { throw CatalogError(.damaged, "catalog has no postings table", path: path) }
+        if lookupStatement == nil {
+            lookupStatement = try db.prepare("SELECT bucket, data FROM postings WHERE bucket IN (SELECT value FROM json_each(?1))")
+        }
+        let s = lookupStatement!
         var json = ""
         json.reserveCapacity(buckets.count * 8)
         var start = 0

@@ -10,7 +10,8 @@ public struct FingerprintedFile: Sendable {
     public var signature: Signature
     /// ``AudioDigest`` of the decoded 44.1 kHz mono audio.
     public var contentHash: String
-    public var decoder: AudioFileReader.Decoder
+    /// The decoder that read the audio; nil for a signature file.
+    public var decoder: AudioFileReader.Decoder?
 }
 
 /// Decodes audio files into signatures in one streaming pass.
@@ -25,7 +26,7 @@ public enum Fingerprinter {
                 throw AudioError(.unreadable, "cannot read: \(error.localizedDescription)", path: path)
             }
             let sig = try Signature(dataRepresentation: data)
-            return FingerprintedFile(path: path, signature: sig, contentHash: "", decoder: .libsndfile)
+            return FingerprintedFile(path: path, signature: sig, contentHash: "", decoder: nil)
         }
         let reader = try AudioFileReader(path: path)
         let generator = SignatureGenerator(configuration: configuration)

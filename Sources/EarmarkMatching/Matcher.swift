@@ -133,13 +133,15 @@ public struct MatchResult: Sendable, Codable, Equatable {
     public var candidateHits: Int
 }
 
-/// Scores a query signature against a catalog: candidate tracks from shared hashes, then
-/// time consistency (a histogram of reference − query frame offsets per track).
+/// Scores a query signature against a catalog in two stages.
 ///
-/// The best offset cell of each track is judged against chance: with `n` hits spread over the
-/// track's `span` possible offsets, a 3-frame cell expects `λ = 3n/span` random hits; the Poisson
-/// tail P(X ≥ k) times the number of cells searched is the expected number of equally strong
-/// chance cells, and its −log₁₀ is the match's significance.
+/// Stage 1 looks up the query's landmark hashes; every shared posting votes for a (track, reference −
+/// query frame offset) cell, and each track's cells with the most distinct hashes become candidates.
+/// Stage 2 verifies each candidate on the track's stored peak constellation: how many of the query's
+/// strong peaks have a reference peak within ±1 frame and ±1 bin, against the Poisson expectation from
+/// the reference's own per-bin density in that window. −log₁₀ of that tail, corrected for the
+/// candidates, offsets and skews tried, plus a bonus for many aligned hashes, is the significance
+/// that decides a match (see ``MatchOptions``). Weak or missing matches retry under ``Skew``s.
 public final class Matcher {
     public let catalog: Catalog
     public var options: MatchOptions
@@ -147,7 +149,7 @@ public final class Matcher {
 
     /// Dense hash → first query landmark index table, reused across queries (2²¹ entries).
     private var first = [Int32](repeating: -1, count: 1 << Landmarks.hashBits)
-    /// Decoded reference peaks of the candidates of the current query.
+    /// Decoded reference peaks of the candidates of the current query (all its skew trials).
     private var peakCache: [Int64: ReferencePeaks] = [:]
 
     public init(catalog: Catalog, options: MatchOptions = .default) {
@@ -158,6 +160,8 @@ public final class Matcher {
 
     public func match(_ signature: Signature) throws -> MatchResult {
         try signature.validateForMatching(configuration: configuration)
+        // Stored peaks do not depend on the skew, so one decode per track serves every trial.
+        peakCache.removeAll(keepingCapacity: true)
         let plain = try matchOnce(signature, trials: 1)
         // A skewed clip can still line up weakly over a short stretch; an unskewed match is strong and
         // covers most of the clip. Anything less also tries the skews, and the more significant result wins.
@@ -193,7 +197,7 @@ public final class Matcher {
         for skew in options.skewTrials {
             try attempt(skew)
             // Nearest skews come first. A clearly strong match ends the grid; from there the search climbs
-            // to neighbouring skews of the same kind while they are more significant (a skew a step or two
+            // to neighbouring skews of the same kind while they align more hashes (a skew a step or two
             // off still matches on the low bins).
             if let found = bestSkew, let top = best.matches.first, top.significance >= strong {
                 var current = found
@@ -221,7 +225,6 @@ public final class Matcher {
     }
 
     private func matchOnce(_ signature: Signature, trials: Int, minimumHits: Int? = nil) throws -> MatchResult {
-        peakCache.removeAll(keepingCapacity: true)
         let landmarks = Landmarks.extract(from: signature, role: .query, configuration: configuration)
         // Query landmarks sorted by hash; `first[h]` is the index of the first one with hash h (or −1).
         let sorted = landmarks.sorted { ($0.hash, $0.frame) < ($1.hash, $1.frame) }
@@ -264,20 +267,18 @@ public final class Matcher {
         let considered = Array(perTrack.prefix(options.candidates).filter { $0.hits >= 3 })
         let tracks = try catalog.tracks(ids: considered.map(\.track))
         let strongQuery = signature.peaks.filter { Int($0.rank) < options.verifyRankLimit }
-        func check(_ offset: Int) throws -> (matched: Int, tested: Int, evidence: Double) {
-            let v = try verify(strongQuery, trackID: candidateTrack, offset: offset)
+        func check(_ track: Int64, _ offset: Int) throws -> (matched: Int, tested: Int, evidence: Double) {
+            let v = try verify(strongQuery, trackID: track, offset: offset)
             return (v.matched, v.tested, -Matcher.log10PoissonTail(k: v.matched, lambda: v.expected))
         }
-        var candidateTrack: Int64 = 0
         var matches: [Match] = []
         for (rank, candidate) in considered.enumerated() {
             guard let track = tracks[candidate.track] else { continue }
             var t = candidate
-            candidateTrack = t.track
-            var v = try check(t.offset)
-            var tried = [(offset: t.offset, excess: v.evidence)]
+            var v = try check(t.track, t.offset)
+            var tried = [(offset: t.offset, evidence: v.evidence)]
             for alt in t.alternatives where alt.hits * 2 >= t.hits {
-                let va = try check(alt.offset)
+                let va = try check(t.track, alt.offset)
                 tried.append((alt.offset, va.evidence))
                 if va.evidence > v.evidence {
                     v = va
@@ -285,8 +286,7 @@ public final class Matcher {
                 }
             }
             // Repetitive music (loops, repeated choruses): offsets verified almost as well as the best.
-            let bestExcess = v.evidence
-            let alternatives = tried.filter { $0.offset != t.offset && $0.excess >= 0.9 * bestExcess && bestExcess > 0 }
+            let alternatives = tried.filter { $0.offset != t.offset && v.evidence > 0 && $0.evidence >= 0.9 * v.evidence }
                 .map { Double($0.offset) * fd }
             let verification = v.evidence - log10(Double(max(1, considered.count) * tried.count * trials))
             let significance = verification + (t.hits >= options.supportingHits ? options.hashBonus : 0)
