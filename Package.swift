@@ -24,8 +24,9 @@ let package = Package(
         .target(name: "EarmarkSignature", dependencies: ["EarmarkDSP"]),
         .target(name: "EarmarkCatalog", dependencies: ["CSQLite3", "EarmarkSignature"]),
         .target(name: "EarmarkMatching", dependencies: ["EarmarkSignature", "EarmarkCatalog"]),
+        .target(name: "EarmarkStreaming", dependencies: ["EarmarkAudio", "EarmarkMatching"]),
         .target(name: "EarmarkKit", dependencies: [
-            "EarmarkAudio", "EarmarkSignature", "EarmarkCatalog", "EarmarkMatching",
+            "EarmarkAudio", "EarmarkSignature", "EarmarkCatalog", "EarmarkMatching", "EarmarkStreaming",
         ]),
         .executableTarget(name: "earmark", dependencies: [
             "EarmarkKit", .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -38,6 +39,7 @@ let package = Package(
         .testTarget(name: "EarmarkSignatureTests", dependencies: ["EarmarkSignature", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkCatalogTests", dependencies: ["EarmarkCatalog", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkMatchingTests", dependencies: ["EarmarkMatching", "EarmarkTestSupport"]),
+        .testTarget(name: "EarmarkStreamingTests", dependencies: ["EarmarkStreaming", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkKitTests", dependencies: ["EarmarkKit", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkCLITests", dependencies: ["EarmarkTestSupport"]),
     ],

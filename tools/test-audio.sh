@@ -4,12 +4,13 @@
 #
 #   $DIR/reference/*.flac|*.ogg   6 tracks (≥ 60 s each) that tests put into a catalog
 #   $DIR/negative/*.flac|*.ogg    2 tracks of other music that must not match them
+#   $DIR/speech/*.flac             real recorded speech (telephone prompts, 8 kHz) that must not match either
 #   $DIR/SOURCES.tsv               where every file came from
 #   $DIR/READY                     written last, when everything above is complete (first line: set version)
 #
 # DIR is $EARMARK_TEST_AUDIO, else ~/.cache/earmark-test-audio. Idempotent: with a READY of this
-# set version present it only prints DIR. Downloads about 22 MB (pingus-data 11.7 MB, asc-music
-# 10.3 MB); the finished set is about 50 MB. Needs apt-get (root only if the package lists must be
+# set version present it only prints DIR. Downloads about 24 MB (pingus-data 11.7 MB, asc-music
+# 10.3 MB, asterisk-core-sounds-en-gsm 2.4 MB); the finished set is about 50 MB. Needs apt-get (root only if the package lists must be
 # refreshed), dpkg-deb, ffmpeg (with libopenmpt, as Debian's is) and flock.
 # Prints DIR on standard output; progress and errors go to standard error.
 set -euo pipefail
@@ -17,7 +18,7 @@ set -euo pipefail
 home=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
 DIR=${EARMARK_TEST_AUDIO:-$home/.cache/earmark-test-audio}
 # Bump when the set changes; a folder made by another version is rebuilt.
-SET_VERSION="earmark-test-audio 2"
+SET_VERSION="earmark-test-audio 3"
 
 ready() { [ -f "$DIR/READY" ] && [ "$(head -n 1 "$DIR/READY")" = "$SET_VERSION" ]; }
 
@@ -47,6 +48,7 @@ cd "$work"
 
 REFERENCE_PACKAGE=pingus-data   # tracker music (GPL), rendered by ffmpeg's libopenmpt
 NEGATIVE_PACKAGE=asc-music      # MP3 soundtrack of Advanced Strategic Command
+SPEECH_PACKAGE=asterisk-core-sounds-en-gsm   # voice prompts recorded by Allison Smith (CC-BY-SA-3.0)
 
 log() { echo "test-audio.sh: $*" >&2; }
 
@@ -63,21 +65,21 @@ download() {
   apt-get download "$@" >download.log 2>&1 || { cat download.log >&2; return 1; }
 }
 
-log "downloading $REFERENCE_PACKAGE and $NEGATIVE_PACKAGE into $DIR (about 22 MB)"
-download "$REFERENCE_PACKAGE" "$NEGATIVE_PACKAGE"
-for pkg in "$REFERENCE_PACKAGE" "$NEGATIVE_PACKAGE"; do
+log "downloading $REFERENCE_PACKAGE, $NEGATIVE_PACKAGE and $SPEECH_PACKAGE into $DIR (about 24 MB)"
+download "$REFERENCE_PACKAGE" "$NEGATIVE_PACKAGE" "$SPEECH_PACKAGE"
+for pkg in "$REFERENCE_PACKAGE" "$NEGATIVE_PACKAGE" "$SPEECH_PACKAGE"; do
   deb=$(ls "$work"/"${pkg}"_*.deb)
   dpkg-deb -x "$deb" "$work/root"
   dpkg-deb -W --showformat='${Package}\t${Version}\n' "$deb" >>versions.txt
 done
 
-mkdir -p out/reference out/negative
+mkdir -p out/reference out/negative out/speech
 printf 'file\tpackage\tsource\tstart_s\tduration_s\n' >out/SOURCES.tsv
 
-# convert SRC DEST START MAXLEN PACKAGE: decodes with ffmpeg, writes FLAC (source rate/channels)
-# or Ogg Vorbis (44.1 kHz), and insists on at least 60 s of audio.
+# convert SRC DEST START MAXLEN PACKAGE [MINLEN]: decodes with ffmpeg, writes FLAC (source rate/channels)
+# or Ogg Vorbis (44.1 kHz), and insists on at least MINLEN (default 60) seconds of audio.
 convert() {
-  local src=$1 dest=$2 start=$3 maxlen=$4 pkg=$5
+  local src=$1 dest=$2 start=$3 maxlen=$4 pkg=$5 minlen=${6:-60}
   local codec
   case "$dest" in
     *.flac) codec=(-c:a flac) ;;
@@ -88,8 +90,8 @@ convert() {
     "${codec[@]}" "$dest"
   local dur
   dur=$(ffprobe -v error -show_entries format=duration -of csv=p=0 "$dest")
-  if ! awk -v d="$dur" 'BEGIN { exit !(d >= 60) }'; then
-    log "$dest is only $dur s long (need ≥ 60 s)"
+  if ! awk -v d="$dur" -v m="$minlen" 'BEGIN { exit !(d >= m) }'; then
+    log "$dest is only $dur s long (need ≥ $minlen s)"
     return 1
   fi
   printf '%s\t%s\t%s\t%s\t%.2f\n' "${dest#out/}" "$pkg" "${src#root}" "$start" "$dur" >>out/SOURCES.tsv
@@ -107,10 +109,14 @@ asc=root/usr/share/games/asc/music
 convert "$asc/frontiers.mp3" out/negative/frontiers.ogg 30 90 "$NEGATIVE_PACKAGE"
 convert "$asc/machine_wars.mp3" out/negative/machine_wars.flac 30 90 "$NEGATIVE_PACKAGE"
 
+prompts=root/usr/share/asterisk/sounds/en_US_f_Allison
+convert "$prompts/demo-instruct.gsm" out/speech/demo-instruct.flac 0 100 "$SPEECH_PACKAGE" 60
+convert "$prompts/priv-callee-options.gsm" out/speech/priv-callee-options.flac 0 100 "$SPEECH_PACKAGE" 30
+
 cp versions.txt out/PACKAGES.txt
 rm -f "$DIR/READY"
-rm -rf "$DIR/reference" "$DIR/negative"
-mv out/reference out/negative out/SOURCES.tsv out/PACKAGES.txt "$DIR/"
+rm -rf "$DIR/reference" "$DIR/negative" "$DIR/speech"
+mv out/reference out/negative out/speech out/SOURCES.tsv out/PACKAGES.txt "$DIR/"
 { echo "$SET_VERSION"; date -u +%Y-%m-%dT%H:%M:%SZ; } >"$DIR/READY"
 log "ready"
 echo "$DIR"

@@ -2,6 +2,7 @@
 @_exported import EarmarkCatalog
 @_exported import EarmarkMatching
 @_exported import EarmarkSignature
+@_exported import EarmarkStreaming
 import Foundation
 
 /// A file decoded once and turned into a signature and a content digest.

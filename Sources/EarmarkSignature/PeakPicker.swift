@@ -42,6 +42,8 @@ final class PeakPicker {
     private var candidates: [Peak] = []   // stage-2 queue, ordered by frame
     private var firstUnranked = 0
     private(set) var peaks: [Peak] = []
+    /// Every peak at or before this frame has been emitted to `peaks` (−1: none yet).
+    private(set) var settledFrame = -1
 
     init(config: SignatureConfiguration) {
         self.config = config
@@ -58,6 +60,7 @@ final class PeakPicker {
     }
 
     private var lastFrame = -1
+    private var highestFrame = -1
 
     /// Ends the current run of frames (after a gap in the input): the last frames are examined
     /// without their future, then stage-1 history is dropped. Candidates already found are kept.
@@ -94,10 +97,17 @@ final class PeakPicker {
             }
         }
         lastFrame = frame
+        highestFrame = max(highestFrame, frame)
         let radius = config.peakTimeRadius
         let center = frame - radius
         if center >= 0, frames[center % ringSize] == center { examine(center: center) }
         rank(upTo: frame - radius - config.rankRadius)
+    }
+
+    /// Removes and returns the peaks emitted so far (streaming use keeps memory bounded).
+    func takePeaks() -> [Peak] {
+        defer { peaks.removeAll(keepingCapacity: true) }
+        return peaks
     }
 
     private func examine(center: Int) {
@@ -159,6 +169,7 @@ final class PeakPicker {
                 firstUnranked += 1
             }
         }
+        settledFrame = max(settledFrame, min(limit, highestFrame))
         // Keep only candidates that can still be neighbours of unranked ones.
         let keepFrom = limit - radius
         var drop = 0

@@ -66,6 +66,23 @@ public final class SignatureGenerator {
         stft.append(samples) { frame, power in picker.push(frame: frame, power: power) }
     }
 
+    /// Stream time (seconds) up to which every peak is final: peaks are settled about half a second
+    /// (the peak and rank neighbourhoods) behind the audio appended.
+    public var settledDuration: Double {
+        Double(picker.settledFrame + 1) * configuration.frameDuration
+    }
+
+    /// Removes and returns the peaks settled since the last call, ordered by frame, with frames counted
+    /// from the start of the stream. For streaming use: ``signature()`` then holds only the rest.
+    public func takeSettledPeaks() -> [Peak] {
+        picker.takePeaks()
+    }
+
+    /// Settles every pending peak, as at the end of the stream; appending after this is not supported.
+    public func finish() {
+        picker.finish()
+    }
+
     /// The signature of everything appended so far. Call once, at the end of the stream.
     public func signature() -> Signature {
         picker.finish()

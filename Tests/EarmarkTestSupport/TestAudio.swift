@@ -9,6 +9,8 @@ public struct TestAudioSet: Sendable {
     public var reference: [URL]
     /// Non-catalog music, sorted by file name.
     public var negative: [URL]
+    /// Real recorded speech (not in any catalog), sorted by file name.
+    public var speech: [URL]
 
     /// The reference track whose file name (without extension) is `stem`.
     public func reference(_ stem: String) throws -> URL {
@@ -49,8 +51,9 @@ public enum TestAudio {
             return try FileManager.default.contentsOfDirectory(atPath: folder.path)
                 .filter { !$0.hasPrefix(".") }.sorted().map { folder.appendingPathComponent($0) }
         }
-        let set = TestAudioSet(root: dir, reference: try list("reference"), negative: try list("negative"))
-        guard set.reference.count >= 4, set.negative.count >= 2 else {
+        let set = TestAudioSet(root: dir, reference: try list("reference"), negative: try list("negative"),
+                               speech: try list("speech"))
+        guard set.reference.count >= 4, set.negative.count >= 2, set.speech.count >= 1 else {
             throw TestSupportError("test audio in \(dir.path) is incomplete; delete it and rerun tools/test-audio.sh")
         }
         return set

@@ -1,0 +1,246 @@
+import EarmarkCatalog
+import EarmarkMatching
+import EarmarkSignature
+
+/// How a stream is matched.
+public struct StreamingOptions: Sendable, Equatable {
+    /// Seconds of the most recent audio each attempt matches. Default 12.
+    public var window: Double = 12
+    /// Stream seconds between attempts. Default 1.
+    public var interval: Double = 1
+    /// Seconds of audio needed before the first attempt. Default 2.
+    public var firstAttempt: Double = 2
+    /// Stream seconds between attempts that also search speed, tempo and pitch changes (they cost
+    /// more); 0 searches skews on every attempt, a negative value never. Default 5.
+    public var skewInterval: Double = 5
+    /// A matched track counts as gone after this many seconds of audio without it. Default 6.
+    public var lostAfter: Double = 6
+    /// At most this many seconds of audio wait to be processed; when matching falls behind, the
+    /// oldest is dropped (and reported). Default 10.
+    public var maximumBacklog: Double = 10
+    /// Decision rules of each attempt (the skew grid is used on skew attempts only).
+    public var match: MatchOptions = .default
+
+    public init() {}
+
+    public static let `default` = StreamingOptions()
+}
+
+/// The synchronous core of a streaming session: 44.1 kHz mono audio in, ``SessionEvent``s out.
+///
+/// Audio is fingerprinted as it arrives (one incremental ``SignatureGenerator``), the settled peaks
+/// of the last ``StreamingOptions/window`` seconds are kept, and every ``StreamingOptions/interval``
+/// seconds of stream they are matched as one clip. Attempts are scheduled on stream time, in
+/// steps of 0.1 s whatever the size of the appended buffers, so the same audio always gives the same
+/// events. ``StreamingSession`` runs it on its own thread for live input.
+public final class StreamMatcher {
+    public let options: StreamingOptions
+    private let matcher: Matcher
+    private let clock: (any SessionClock)?
+    private let configuration: SignatureConfiguration
+    private let generator: SignatureGenerator
+    /// Settled peaks of the window, by frame; `peaks[peakStart...]` are live.
+    private var peaks: [Peak] = []
+    private var peakStart = 0
+    /// Stream seconds already appended are `generator.duration`; timestamps are shifted by this
+    /// after the input's clock went backwards.
+    private var timeShift = 0.0
+    private var nextAttempt: Double
+    private var attemptsSinceSkew = Int.max / 2
+    /// Clock reading and stream time of the newest audio, to map stream time to the clock.
+    private var latestClock: Double?
+    private var current: Current?
+    private var reportedNoMatch = false
+    private var finished = false
+
+    private struct Current {
+        var track: Int64
+        var streamMatch: StreamMatch
+        /// Track position at stream time 0 on the matched line, and its slope.
+        var alignment: Double
+        var timeScale: Double
+        var frequencySkew: Double
+        /// Stream time of the end of the newest audio that matched it.
+        var lastSeen: Double
+        func position(atStream t: Double) -> Double { alignment + timeScale * t }
+    }
+
+    /// - Parameters:
+    ///   - matcher: matches each window; owned by this object from now on.
+    ///   - clock: moves the predicted offset; nil uses stream time (replaying a file faster than real time).
+    public init(matcher: Matcher, options: StreamingOptions = .default, clock: (any SessionClock)? = nil) {
+        self.matcher = matcher
+        self.options = options
+        self.clock = clock
+        configuration = matcher.configuration
+        generator = SignatureGenerator(configuration: configuration)
+        nextAttempt = options.firstAttempt
+    }
+
+    /// Seconds of stream so far, gaps included.
+    public var streamDuration: Double { generator.duration }
+
+    /// Appends 44.1 kHz mono samples and returns the events they caused.
+    /// - Parameters:
+    ///   - time: stream time of the first sample, or nil to continue where the last buffer ended.
+    ///     A jump forward is a gap; a jump back is reported and the audio continues at the current end.
+    ///   - clockTime: reading of the session clock when the buffer arrived (nil: read it now).
+    public func append(_ samples: [Float], at time: Double? = nil, clockTime: Double? = nil) -> [SessionEvent] {
+        guard !finished else { return [] }
+        var events: [SessionEvent] = []
+        var start: Double? = nil
+        if let t = time, t.isFinite {
+            let shifted = t + timeShift
+            let end = generator.duration
+            let tolerance = 1.5 / configuration.sampleRate
+            if shifted > end + tolerance {
+                events.append(.discontinuity(at: end, gap: shifted - end))
+                start = shifted
+            } else if shifted < end - tolerance {
+                events.append(.discontinuity(at: end, gap: shifted - end))
+                timeShift += end - shifted
+            }
+        }
+        let arrival = clockTime ?? clock?.now()
+        // Feed in pieces that end on the stream's 0.1-s marks, so attempts fall on the same stream
+        // times whatever the buffer sizes.
+        let piece = Int(configuration.sampleRate / 10)
+        let startPosition = Int(((start ?? generator.duration) * configuration.sampleRate).rounded())
+        var i = 0
+        repeat {
+            let j = min(samples.count, i + piece - (startPosition + i) % piece)
+            samples[i..<j].withUnsafeBufferPointer { buf in
+                try? generator.append(buf, at: i == 0 ? start : nil)
+            }
+            if let arrival {
+                // The clock reading of this piece's end, as if the buffer's audio arrived at the pace it plays.
+                latestClock = arrival - Double(samples.count - j) / configuration.sampleRate
+            }
+            i = j
+            collectPeaks()
+            if (startPosition + j) % piece == 0, generator.settledDuration >= nextAttempt {
+                events += attempt(at: generator.settledDuration)
+            }
+        } while i < samples.count
+        return events
+    }
+
+    /// Reports that `seconds` of input were thrown away before reaching the matcher; the stream
+    /// continues after the hole.
+    public func skip(seconds: Double) -> [SessionEvent] {
+        guard seconds > 0, !finished else { return [] }
+        let end = generator.duration
+        return [.dropped(at: end, seconds: seconds)] + append([], at: end + seconds - timeShift)
+    }
+
+    /// Ends the stream: settles the last peaks, makes a last attempt and returns its events.
+    public func finish() -> [SessionEvent] {
+        guard !finished else { return [] }
+        generator.finish()
+        collectPeaks()
+        var events: [SessionEvent] = []
+        let end = generator.settledDuration
+        if end >= min(1, options.firstAttempt), end > nextAttempt - options.interval + 0.25 {
+            events += attempt(at: end)
+        }
+        if current == nil, !reportedNoMatch {
+            reportedNoMatch = true
+            events.append(.noMatch(at: end, previous: nil))
+        }
+        finished = true
+        return events
+    }
+
+    private func collectPeaks() {
+        let settled = generator.takeSettledPeaks()
+        if !settled.isEmpty { peaks += settled }
+        // Drop peaks that have left the window (in batches, to keep the array cheap).
+        let oldest = UInt32(max(0, (generator.settledDuration - options.window) / configuration.frameDuration))
+        while peakStart < peaks.count, peaks[peakStart].frame < oldest { peakStart += 1 }
+        if peakStart > 4096, peakStart * 2 > peaks.count {
+            peaks.removeFirst(peakStart)
+            peakStart = 0
+        }
+    }
+
+    private func attempt(at horizon: Double) -> [SessionEvent] {
+        nextAttempt = horizon + options.interval
+        let fd = configuration.frameDuration
+        let startFrame = UInt32(max(0, ((horizon - options.window) / fd).rounded(.up)))
+        let endFrame = UInt32(horizon / fd)
+        let windowStart = Double(startFrame) * fd
+        var windowPeaks: [Peak] = []
+        windowPeaks.reserveCapacity(peaks.count - peakStart)
+        for p in peaks[peakStart...] where p.frame >= startFrame && p.frame < endFrame {
+            var q = p
+            q.frame -= startFrame
+            windowPeaks.append(q)
+        }
+        let signature = Signature(configurationVersion: configuration.version, duration: horizon - windowStart,
+                                  peaks: windowPeaks)
+        // Skews cost many lookups, so they are searched only now and then, unless the current track is
+        // itself skewed: then its skew is the one to keep checking.
+        var matchOptions = options.match
+        attemptsSinceSkew += 1
+        let skewDue = options.skewInterval >= 0 && Double(attemptsSinceSkew) * options.interval >= options.skewInterval
+        if skewDue {
+            attemptsSinceSkew = 0
+        } else if let c = current, abs(c.timeScale - 1) > 0.002 || abs(c.frequencySkew) > 0.002 {
+            matchOptions.skewTrials = [Skew(time: c.timeScale, frequency: 1 + c.frequencySkew)]
+        } else {
+            matchOptions.skewTrials = []
+        }
+        matcher.options = matchOptions
+
+        let result: MatchResult
+        do {
+            try signature.validateForMatching(configuration: configuration)
+            result = try matcher.match(signature)
+        } catch let error as SignatureError {
+            // Silence or too little sound in the window: nothing to match, which is not a failure.
+            _ = error
+            return noMatch(at: horizon)
+        } catch {
+            return [.error(at: horizon, message: "\(error)")]
+        }
+        // The track playing now is the one whose matched stretch reaches furthest into the window's end.
+        let windowLength = horizon - windowStart
+        let recent = result.matches.filter { $0.queryEnd >= windowLength - options.lostAfter / 2 }
+        guard let best = recent.max(by: { ($0.queryEnd, $0.significance) < ($1.queryEnd, $1.significance) }) else {
+            return noMatch(at: horizon)
+        }
+        let alignment = best.matchOffset - best.timeScale * windowStart
+        let lastSeen = windowStart + best.queryEnd
+        if var c = current, c.track == best.track.id,
+           abs(c.position(atStream: horizon) - (alignment + best.timeScale * horizon)) < 1.0 {
+            c.lastSeen = max(c.lastSeen, lastSeen)
+            current = c
+            return []
+        }
+        let streamTime = windowStart + best.queryStart
+        var m = best
+        // Report the position at the start of the matched stretch, as a file match does for a clip.
+        m.matchOffset = alignment + best.timeScale * streamTime
+        // The newest audio is "now" (its arrival on the clock, or its stream time without a clock).
+        let now = latestClock ?? generator.duration
+        let predicted = alignment + best.timeScale * generator.duration
+        let event = StreamMatch(match: m, streamTime: streamTime, detectedAt: horizon,
+                                predictedCurrentMatchOffset: predicted, clockTime: now)
+        current = Current(track: best.track.id, streamMatch: event, alignment: alignment, timeScale: best.timeScale,
+                          frequencySkew: best.frequencySkew, lastSeen: lastSeen)
+        reportedNoMatch = false
+        return [.match(event)]
+    }
+
+    private func noMatch(at horizon: Double) -> [SessionEvent] {
+        if let c = current {
+            guard horizon - c.lastSeen >= options.lostAfter else { return [] }
+            current = nil
+            reportedNoMatch = true
+            return [.noMatch(at: horizon, previous: c.track)]
+        }
+        guard !reportedNoMatch, horizon >= options.window else { return [] }
+        reportedNoMatch = true
+        return [.noMatch(at: horizon, previous: nil)]
+    }
+}

@@ -1,0 +1,200 @@
+import EarmarkAudio
+import EarmarkCatalog
+import EarmarkMatching
+import Foundation
+
+/// A buffer of PCM audio for a ``StreamingSession``: any sample rate and channel count.
+public struct PCMBuffer: Sendable {
+    /// Interleaved samples, nominally in −1…1.
+    public var samples: [Float]
+    public var sampleRate: Double
+    public var channels: Int
+    /// Seconds of the stream at the first sample, or nil to follow the previous buffer.
+    public var time: Double?
+
+    public init(samples: [Float], sampleRate: Double, channels: Int = 1, time: Double? = nil) {
+        self.samples = samples
+        self.sampleRate = sampleRate
+        self.channels = channels
+        self.time = time
+    }
+
+    /// Frames (samples per channel).
+    public var frameCount: Int { channels > 0 ? samples.count / channels : 0 }
+    public var duration: Double { sampleRate > 0 ? Double(frameCount) / sampleRate : 0 }
+}
+
+/// Matches a live stream against a catalog, in the spirit of ShazamKit's `SHSession` with
+/// `matchStreamingBuffer`: append buffers as they arrive and read ``events``.
+///
+/// Appending never blocks on matching. Audio waits in a queue of at most
+/// ``StreamingOptions/maximumBacklog`` seconds that a worker thread converts to 44.1 kHz mono and
+/// feeds to a ``StreamMatcher``; if matching falls behind, the oldest queued audio is dropped and a
+/// ``SessionEvent/dropped(at:seconds:)`` event says so. Memory stays bounded however long the stream.
+///
+/// ```swift
+/// let session = try StreamingSession(catalogPath: path)
+/// Task { for buffer in capture { session.append(buffer) }; session.finish() }
+/// for await event in session.events { print(event) }
+/// ```
+public final class StreamingSession: Sendable {
+    /// Events in stream order; the sequence ends after ``finish()`` once the queued audio is processed.
+    public let events: AsyncStream<SessionEvent>
+    public let options: StreamingOptions
+    private let queue: LockedValue<Queue>
+    private let wake = DispatchSemaphore(value: 0)
+    private let done = DispatchSemaphore(value: 0)
+    private let go = DispatchSemaphore(value: 0)
+    private let started = LockedValue(false)
+    private let clock: (any SessionClock)?
+
+    private struct Queue {
+        var buffers: [(buffer: PCMBuffer, arrival: Double?)] = []
+        var queuedSeconds = 0.0
+        /// Stream seconds of input appended so far (stamps untimed buffers, so dropping leaves a true gap).
+        var inputEnd = 0.0
+        var dropped = 0.0
+        var finished = false
+    }
+
+    /// Opens the catalog read-only and starts the worker.
+    /// - Parameter clock: moves the predicted offset between events; nil follows the audio's own time
+    ///   (for input replayed faster than real time).
+    public convenience init(catalogPath: String, options: StreamingOptions = .default,
+                            clock: (any SessionClock)? = MonotonicClock(), busyTimeout: Double = 10,
+                            start: Bool = true) throws {
+        let catalog = try Catalog(path: catalogPath, readOnly: true, busyTimeout: busyTimeout)
+        self.init(matcher: Matcher(catalog: catalog, options: options.match), options: options, clock: clock, start: start)
+    }
+
+    /// Starts a session on a matcher that it owns from now on (it runs on the session's thread).
+    /// - Parameter start: false holds processing back until ``start()`` (audio queues up meanwhile).
+    public init(matcher: sending Matcher, options: StreamingOptions = .default,
+                clock: (any SessionClock)? = MonotonicClock(), start: Bool = true) {
+        self.options = options
+        self.clock = clock
+        queue = LockedValue(Queue())
+        let (stream, continuation) = AsyncStream.makeStream(of: SessionEvent.self, bufferingPolicy: .bufferingNewest(4096))
+        events = stream
+        let core = Transfer(StreamMatcher(matcher: matcher, options: options, clock: clock))
+        let thread = Thread { [queue, wake, done, go] in
+            go.wait()
+            StreamingSession.work(core.take(), queue: queue, wake: wake, continuation: continuation)
+            done.signal()
+        }
+        thread.name = "earmark-stream"
+        thread.start()
+        if start { self.start() }
+    }
+
+    /// Starts processing, if the session was made with `start: false`; later calls do nothing.
+    public func start() {
+        let first = started.withLock { s in defer { s = true }; return !s }
+        if first { go.signal() }
+    }
+
+    /// Queues a buffer; returns at once. Buffers with no samples, no channels or an invalid rate are ignored.
+    public func append(_ buffer: PCMBuffer) {
+        guard buffer.channels > 0, buffer.sampleRate.isFinite, buffer.sampleRate > 0, buffer.frameCount > 0 else { return }
+        let arrival = clock?.now()
+        let maximum = options.maximumBacklog
+        queue.withLock { q in
+            guard !q.finished else { return }
+            var b = buffer
+            if b.time == nil { b.time = q.inputEnd }
+            q.inputEnd = max(q.inputEnd, b.time! + b.duration)
+            q.buffers.append((b, arrival))
+            q.queuedSeconds += b.duration
+            while q.queuedSeconds > maximum, q.buffers.count > 1 {
+                let old = q.buffers.removeFirst()
+                q.queuedSeconds -= old.buffer.duration
+                q.dropped += old.buffer.duration
+            }
+        }
+        wake.signal()
+    }
+
+    /// Ends the input. The worker processes what is queued, makes a last attempt and ends ``events``.
+    public func finish() {
+        queue.withLock { $0.finished = true }
+        wake.signal()
+    }
+
+    /// Waits (blocking) until the worker has ended after ``finish()``.
+    public func waitUntilFinished() {
+        done.wait()
+        done.signal()
+    }
+
+    private static func work(_ core: StreamMatcher, queue: LockedValue<Queue>, wake: DispatchSemaphore,
+                             continuation: AsyncStream<SessionEvent>.Continuation) {
+        var converter: (rate: Double, resampler: Resampler)?
+        var expected: Double?   // input stream time where the next buffer should start
+        var pendingGap: Double?
+        func emit(_ events: [SessionEvent]) { for e in events { continuation.yield(e) } }
+        while true {
+            wake.wait()
+            let (batch, dropped, finished) = queue.withLock { q in
+                defer { q.buffers.removeAll(); q.queuedSeconds = 0; q.dropped = 0 }
+                return (q.buffers, q.dropped, q.finished)
+            }
+            if dropped > 0 { emit([.dropped(at: core.streamDuration, seconds: dropped)]) }
+            for (buffer, arrival) in batch {
+                let time = buffer.time ?? expected ?? 0
+                if abs(time - (expected ?? 0)) > 0.005 {
+                    // A gap (or a jump back): the resampler's tail belongs before it.
+                    if let c = converter { emit(core.append(c.resampler.flush(), clockTime: arrival)) }
+                    converter = nil
+                    pendingGap = time
+                }
+                if converter?.rate != buffer.sampleRate {
+                    if let c = converter { emit(core.append(c.resampler.flush(), clockTime: arrival)) }
+                    do {
+                        converter = (buffer.sampleRate, try Resampler(inputRate: buffer.sampleRate))
+                    } catch {
+                        emit([.error(at: core.streamDuration, message: "\(error)")])
+                        continue
+                    }
+                }
+                expected = time + buffer.duration
+                let mono = downmix(buffer)
+                let converted = converter!.resampler.process(mono)
+                emit(core.append(converted, at: pendingGap, clockTime: arrival))
+                pendingGap = nil
+            }
+            if finished {
+                if let c = converter { emit(core.append(c.resampler.flush())) }
+                emit(core.finish())
+                continuation.finish()
+                return
+            }
+        }
+    }
+
+    private static func downmix(_ buffer: PCMBuffer) -> [Float] {
+        let n = buffer.channels
+        if n == 1 { return buffer.samples }
+        let frames = buffer.frameCount
+        var out = [Float](repeating: 0, count: frames)
+        let scale = 1 / Float(n)
+        buffer.samples.withUnsafeBufferPointer { s in
+            for f in 0..<frames {
+                var sum: Float = 0
+                for c in 0..<n { sum += s[f * n + c] }
+                out[f] = sum * scale
+            }
+        }
+        return out
+    }
+}
+
+/// Hands a value that is not `Sendable` to exactly one other thread.
+final class Transfer<Value>: @unchecked Sendable {
+    // Sound because the creator never touches the value again and `take` is called once, by the receiver.
+    private var value: Value?
+    init(_ value: Value) { self.value = value }
+    func take() -> Value {
+        defer { value = nil }
+        return value!
+    }
+}

@@ -1,0 +1,223 @@
+import EarmarkCatalog
+import EarmarkMatching
+import EarmarkStreaming
+import EarmarkTestSupport
+import Foundation
+import Testing
+
+/// A catalog of the real reference tracks and decoded audio to stream, built once for the suite.
+struct StreamingFixture: Sendable {
+    let folder: TemporaryDirectory
+    let catalogPath: String
+    let audio: TestAudioSet
+    let ids: [String: Int64]
+
+    static let shared = Shared<StreamingFixture> {
+        let audio = try TestAudio.set()
+        let folder = try TemporaryDirectory("streaming")
+        let path = folder.path("reference.earcat")
+        let tracks = try await Fixtures.index(audio.reference, into: path)
+        var ids: [String: Int64] = [:]
+        for (url, t) in zip(audio.reference, tracks) { ids[url.deletingPathExtension().lastPathComponent] = t.id }
+        return StreamingFixture(folder: folder, catalogPath: path, audio: audio, ids: ids)
+    }
+
+    func core(options: StreamingOptions = .default, clock: (any SessionClock)? = nil) throws -> StreamMatcher {
+        StreamMatcher(matcher: Matcher(catalog: try Catalog(path: catalogPath, readOnly: true)),
+                      options: options, clock: clock)
+    }
+
+    /// `seconds` of reference track `stem` from `offset`, as 44.1 kHz mono.
+    func samples(_ stem: String, from offset: Double, seconds: Double) throws -> [Float] {
+        let all = try Fixtures.decode(try audio.reference(stem))
+        let a = Int(offset * 44_100), b = min(all.count, a + Int(seconds * 44_100))
+        return Array(all[a..<b])
+    }
+}
+
+/// Feeds `samples` in buffers of varying size (seeded), advancing the clock by each buffer's duration.
+func feed(_ core: StreamMatcher, _ samples: [Float], clock: ManualClock? = nil, seed: UInt64 = 1,
+          startingAt time: Double? = nil) -> [SessionEvent] {
+    var rng = SplitMix(seed)
+    var events: [SessionEvent] = []
+    var i = 0
+    var first = true
+    while i < samples.count {
+        let n = min(samples.count - i, 512 + Int(rng.next() % 12_000))
+        clock?.advance(by: Double(n) / 44_100)
+        events += core.append(Array(samples[i..<(i + n)]), at: first ? time : nil)
+        first = false
+        i += n
+    }
+    return events
+}
+
+struct SplitMix {
+    var state: UInt64
+    init(_ seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+extension SessionEvent {
+    var streamMatch: StreamMatch? { if case .match(let m) = self { m } else { nil } }
+}
+
+@Suite("Streaming matcher (injected clock)")
+struct StreamMatcherTests {
+    @Test("a track is found within seconds, with its offset, and not reported again while it plays")
+    func findsTrackOnce() async throws {
+        let f = try await StreamingFixture.shared.value()
+        let clock = ManualClock(100)
+        let core = try f.core(clock: clock)
+        let events = feed(core, try f.samples("pingus-4", from: 30, seconds: 20), clock: clock) + core.finish()
+        let matches = events.compactMap(\.streamMatch)
+        #expect(matches.count == 1, "\(events)")
+        let m = try #require(matches.first)
+        #expect(m.match.track.id == f.ids["pingus-4"])
+        #expect(m.detectedAt <= 4, "first match only after \(m.detectedAt) s")
+        // The truth: stream time t is track time 30 + t.
+        #expect(abs(m.match.matchOffset - (30 + m.streamTime)) < 0.1)
+        #expect(abs(m.predictedCurrentMatchOffset - (30 + (m.clockTime - 100))) < 0.2)
+        #expect(abs(m.match.frequencySkew) < 0.005)
+        #expect(!events.contains { if case .noMatch = $0 { true } else { false } })
+    }
+
+    @Test("the predicted offset moves with the injected clock, not with processing")
+    func predictedOffsetFollowsClock() async throws {
+        let f = try await StreamingFixture.shared.value()
+        let clock = ManualClock(0)
+        let core = try f.core(clock: clock)
+        let m = try #require(feed(core, try f.samples("pingus-5", from: 10, seconds: 6), clock: clock)
+            .compactMap(\.streamMatch).first)
+        let before = m.predictedCurrentMatchOffset(at: clock.now())
+        clock.advance(by: 7.5)
+        #expect(abs(m.predictedCurrentMatchOffset(at: clock.now()) - before - 7.5) < 0.01)
+        // 13.5 s into the stream, the track is at 23.5 s.
+        #expect(abs(m.predictedCurrentMatchOffset(at: clock.now()) - (10 + clock.now())) < 0.25,
+                "\(m.predictedCurrentMatchOffset) at \(m.clockTime), now \(clock.now())")
+    }
+
+    @Test("song A then song B: a new match for B, each with the right offset")
+    func reportsTrackChange() async throws {
+        let f = try await StreamingFixture.shared.value()
+        let core = try f.core()
+        let a = try f.samples("goin_march", from: 20, seconds: 15)
+        let b = try f.samples("pingus-6", from: 5, seconds: 15)
+        let events = feed(core, a + b) + core.finish()
+        let matches = events.compactMap(\.streamMatch)
+        #expect(matches.map(\.match.track.id) == [f.ids["goin_march"], f.ids["pingus-6"]], "\(events)")
+        guard matches.count == 2 else { return }
+        #expect(abs(matches[0].match.matchOffset - (20 + matches[0].streamTime)) < 0.5)
+        #expect(abs(matches[1].match.matchOffset - (5 + matches[1].streamTime - 15)) < 0.5)
+        // B is recognised within a few seconds of starting.
+        #expect(matches[1].detectedAt - 15 <= 5)
+    }
+
+    @Test("a gap in the timestamps is reported and matching goes on")
+    func survivesGap() async throws {
+        let f = try await StreamingFixture.shared.value()
+        let core = try f.core()
+        let all = try f.samples("pingus-5", from: 0, seconds: 40)
+        // 8 s played, 4 s missing (stream and track both move on), then the rest.
+        var events = feed(core, Array(all[0..<(8 * 44_100)]))
+        events += feed(core, Array(all[(12 * 44_100)...]), seed: 2, startingAt: 12)
+        events += core.finish()
+        let gaps = events.compactMap { e -> Double? in if case .discontinuity(_, let g) = e { g } else { nil } }
+        #expect(gaps.count == 1 && abs(gaps[0] - 4) < 0.01, "\(events)")
+        let matches = events.compactMap(\.streamMatch)
+        // Same track, same line through the gap: one match event only.
+        #expect(matches.count == 1 && matches.first?.match.track.id == f.ids["pingus-5"], "\(events)")
+        #expect(!events.contains { if case .error = $0 { true } else { false } })
+    }
+
+    @Test("the same audio gives the same events whatever the buffer sizes")
+    func deterministic() async throws {
+        let f = try await StreamingFixture.shared.value()
+        let samples = try f.samples("pingus-3", from: 40, seconds: 12)
+        let one = feed(try f.core(), samples, seed: 7)
+        let two = feed(try f.core(), samples, seed: 99)
+        #expect(!one.isEmpty)
+        #expect(one == two)
+    }
+
+    @Test("non-catalog music, speech and silence give no match, reported once")
+    func noFalseMatch() async throws {
+        let f = try await StreamingFixture.shared.value()
+        var stream: [Float] = []
+        for url in f.audio.negative + f.audio.speech { stream += try Fixtures.decode(url).prefix(20 * 44_100) }
+        stream += [Float](repeating: 0, count: 5 * 44_100)
+        let core = try f.core()
+        let events = feed(core, stream) + core.finish()
+        #expect(events.compactMap(\.streamMatch).isEmpty, "\(events.compactMap(\.streamMatch))")
+        let noMatches = events.filter { if case .noMatch = $0 { true } else { false } }
+        #expect(noMatches.count == 1)
+    }
+
+    @Test("once a track stops, no match is reported once, naming it")
+    func reportsLoss() async throws {
+        let f = try await StreamingFixture.shared.value()
+        let core = try f.core()
+        let music = try f.samples("pingus-4", from: 10, seconds: 10)
+        let silence = [Float](repeating: 0, count: 12 * 44_100)
+        let events = feed(core, music + silence) + core.finish()
+        let id = try #require(f.ids["pingus-4"])
+        let lost = events.compactMap { e -> Int64?? in if case .noMatch(_, let p) = e { p } else { nil } }
+        #expect(lost == [id], "\(events)")
+    }
+}
+
+@Suite("Streaming session (thread, conversion, backlog)")
+struct StreamingSessionTests {
+    @Test("48 kHz stereo buffers are converted and matched")
+    func convertsInput() async throws {
+        let f = try await StreamingFixture.shared.value()
+        let dir = try TemporaryDirectory("session")
+        let raw = dir.file("clip.f32")
+        try Run.sox([try f.audio.reference("pingus-6").path, "-t", "f32", "-r", "48000", "-c", "2", raw.path,
+                     "trim", "15", "10"])
+        let data = try Data(contentsOf: raw)
+        let samples = data.withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
+        let session = try StreamingSession(catalogPath: f.catalogPath, clock: nil)
+        var i = 0
+        while i < samples.count {
+            let n = min(samples.count - i, 2 * 4800)
+            session.append(PCMBuffer(samples: Array(samples[i..<(i + n)]), sampleRate: 48_000, channels: 2))
+            i += n
+        }
+        session.finish()
+        var events: [SessionEvent] = []
+        for await e in session.events { events.append(e) }
+        let m = try #require(events.compactMap(\.streamMatch).first, "\(events)")
+        #expect(m.match.track.id == f.ids["pingus-6"])
+        #expect(abs(m.match.matchOffset - (15 + m.streamTime)) < 0.1)
+    }
+
+    @Test("when matching falls behind, the oldest audio is dropped and reported")
+    func dropsOldest() async throws {
+        let f = try await StreamingFixture.shared.value()
+        var options = StreamingOptions()
+        options.maximumBacklog = 6
+        let session = try StreamingSession(catalogPath: f.catalogPath, options: options, clock: nil, start: false)
+        let samples = try f.samples("sorcerer", from: 0, seconds: 30)
+        for i in stride(from: 0, to: samples.count, by: 4410) {
+            session.append(PCMBuffer(samples: Array(samples[i..<min(samples.count, i + 4410)]), sampleRate: 44_100))
+        }
+        session.start()
+        session.finish()
+        var events: [SessionEvent] = []
+        for await e in session.events { events.append(e) }
+        let dropped = events.compactMap { e -> Double? in if case .dropped(_, let s) = e { s } else { nil } }
+        #expect(dropped.count == 1 && abs((dropped.first ?? 0) - 24) < 0.11, "\(events)")
+        // What was kept is the newest audio, and it still matches at its true place.
+        let m = try #require(events.compactMap(\.streamMatch).first, "\(events)")
+        #expect(m.match.track.id == f.ids["sorcerer"])
+        #expect(m.streamTime >= 23.9)
+        #expect(abs(m.match.matchOffset - m.streamTime) < 0.1)
+    }
+}
