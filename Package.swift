@@ -1,8 +1,8 @@
 // swift-tools-version: 6.1
 import PackageDescription
 
-// Pipeline: C shims ← EarmarkAudio, EarmarkDSP ← EarmarkSignature ← EarmarkCatalog ← EarmarkMatching
-// ← EarmarkKit ← earmark (CLI). Every C library comes from Debian through a system-library target.
+// Pipeline: C shims ← EarmarkAudio (+ EarmarkCapture: microphones), EarmarkDSP ← EarmarkSignature ← EarmarkCatalog ← EarmarkMatching
+// ← EarmarkStreaming (live sessions) ← EarmarkKit ← earmark (CLI). Every C library comes from Debian through a system-library target.
 let package = Package(
     name: "Earmark",
     platforms: [.macOS(.v14)],
@@ -18,8 +18,12 @@ let package = Package(
         .systemLibrary(name: "CSndFile", pkgConfig: "sndfile", providers: [.apt(["libsndfile1-dev"])]),
         .systemLibrary(name: "CSQLite3", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CSoxr", pkgConfig: "soxr", providers: [.apt(["libsoxr-dev"])]),
+        // No pkgConfig: libpulse-simple's .pc adds -pthread, which SwiftPM rejects with a warning;
+        // the headers are in /usr/include and the modulemap names the libraries.
+        .systemLibrary(name: "CPulseSimple", providers: [.apt(["libpulse-dev"])]),
 
         .target(name: "EarmarkAudio", dependencies: ["CSndFile", "CSoxr"]),
+        .target(name: "EarmarkCapture", dependencies: ["CPulseSimple", "EarmarkAudio"]),
         .target(name: "EarmarkDSP", dependencies: ["CFFTW3"]),
         .target(name: "EarmarkSignature", dependencies: ["EarmarkDSP"]),
         .target(name: "EarmarkCatalog", dependencies: ["CSQLite3", "EarmarkSignature"]),
@@ -29,7 +33,7 @@ let package = Package(
             "EarmarkAudio", "EarmarkSignature", "EarmarkCatalog", "EarmarkMatching", "EarmarkStreaming",
         ]),
         .executableTarget(name: "earmark", dependencies: [
-            "EarmarkKit", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "EarmarkKit", "EarmarkCapture", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "earmark-bench", dependencies: ["EarmarkKit"]),
         .target(name: "EarmarkTestSupport", dependencies: ["EarmarkKit"], path: "Tests/EarmarkTestSupport"),

@@ -5,6 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   pkg-config libfftw3-dev libsndfile1-dev libsqlite3-dev libsoxr-dev
+  libpulse-dev pulseaudio pulseaudio-utils
   sox libsox-fmt-all ffmpeg sqlite3 ca-certificates
 )
 

@@ -25,6 +25,9 @@ public struct MatchOptions: Sendable, Equatable {
     public var skewTrials: [Skew] = Skew.defaultTrials
     /// Query peaks of rank below this are verified against the reference constellation. Default 14.
     public var verifyRankLimit: Int = 14
+    /// Whether a strong match that covers under 60 % of the query still tries the skews (a skewed clip can
+    /// line up over a short stretch). Streams turn it off: there a track often fills only part of the window.
+    public var skewWhenPartial = true
 
     public static let `default` = MatchOptions(minimumHits: 4, minimumSignificance: 7, supportingHits: 10, hashBonus: 4,
                                                maximumMatches: 5, candidates: 8, minimumVerifiedPeaks: 5)
@@ -166,7 +169,9 @@ public final class Matcher {
         // A skewed clip can still line up weakly over a short stretch; an unskewed match is strong and
         // covers most of the clip. Anything less also tries the skews, and the more significant result wins.
         let strong = options.minimumSignificance + 5
-        let weak = plain.matches.first.map { $0.significance < strong || ($0.queryEnd - $0.queryStart) < 0.6 * signature.duration } ?? true
+        let weak = plain.matches.first.map {
+            $0.significance < strong || (options.skewWhenPartial && ($0.queryEnd - $0.queryStart) < 0.6 * signature.duration)
+        } ?? true
         guard !options.skewTrials.isEmpty, weak else { return plain }
         // Nothing (or only a short stretch) as is: undo each candidate skew on the query's peaks (time × t, frequency ÷ f) and
         // search again. Each extra search is one more chance for a coincidence, which the
@@ -210,6 +215,17 @@ public final class Matcher {
             }
         }
         return best
+    }
+
+    /// How well `signature` fits track `trackID` when placed `offset` seconds into it, with no skew: the
+    /// peak-verification evidence in decades (−log₁₀ of the chance of so many coinciding peaks), not
+    /// corrected for trials. `skew` undoes a speed or pitch change first. Comparing two placements this
+    /// way tells which fits better.
+    public func evidence(of signature: Signature, trackID: Int64, offset: Double, skew: Skew? = nil) throws -> Double {
+        let placed = skew.map { Matcher.unskewed(signature, $0, configuration: configuration) } ?? signature
+        let strong = placed.peaks.filter { Int($0.rank) < options.verifyRankLimit }
+        let v = try verify(strong, trackID: trackID, offset: Int((offset / configuration.frameDuration).rounded()))
+        return -Matcher.log10PoissonTail(k: v.matched, lambda: v.expected)
     }
 
     /// The peaks the reference has where the query has `signature`, if the query is the reference skewed by `skew`.

@@ -64,12 +64,14 @@ public enum SessionEvent: Sendable, Equatable {
     case dropped(at: Double, seconds: Double)
     /// A failure that ended or interrupted matching (a damaged catalog, …).
     case error(at: Double, message: String)
+    /// The stream ended after `at` seconds (always the last event).
+    case ended(at: Double)
 
     /// Stream time of the event, in seconds.
     public var time: Double {
         switch self {
         case .match(let m): return m.detectedAt
-        case .noMatch(let t, _), .discontinuity(let t, _), .dropped(let t, _), .error(let t, _): return t
+        case .noMatch(let t, _), .discontinuity(let t, _), .dropped(let t, _), .error(let t, _), .ended(let t): return t
         }
     }
 }
@@ -80,7 +82,7 @@ extension SessionEvent: Encodable {
         case frequencySkew, timeScale, alternativeOffsets, previousTrack, gap, seconds, message
     }
 
-    /// One flat JSON object with an `event` field: match, noMatch, discontinuity, dropped or error.
+    /// One flat JSON object with an `event` field: match, noMatch, discontinuity, dropped, error or end.
     public func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: Keys.self)
         try c.encode(time, forKey: .time)
@@ -109,6 +111,8 @@ extension SessionEvent: Encodable {
         case .error(_, let message):
             try c.encode("error", forKey: .event)
             try c.encode(message, forKey: .message)
+        case .ended:
+            try c.encode("end", forKey: .event)
         }
     }
 }

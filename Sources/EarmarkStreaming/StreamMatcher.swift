@@ -18,8 +18,15 @@ public struct StreamingOptions: Sendable, Equatable {
     /// At most this many seconds of audio wait to be processed; when matching falls behind, the
     /// oldest is dropped (and reported). Default 10.
     public var maximumBacklog: Double = 10
+    /// When the backlog is full: true drops the oldest audio (live input must not wait), false makes
+    /// ``StreamingSession/append(_:)`` wait for room (replaying a file as fast as it decodes). Default true.
+    public var dropsWhenBehind = true
     /// Decision rules of each attempt (the skew grid is used on skew attempts only).
-    public var match: MatchOptions = .default
+    public var match: MatchOptions = {
+        var m = MatchOptions.default
+        m.skewWhenPartial = false
+        return m
+    }()
 
     public init() {}
 
@@ -60,6 +67,8 @@ public final class StreamMatcher {
         var alignment: Double
         var timeScale: Double
         var frequencySkew: Double
+        /// Most aligned hashes any attempt found on this line.
+        var score: Int
         /// Stream time of the end of the newest audio that matched it.
         var lastSeen: Double
         func position(atStream t: Double) -> Double { alignment + timeScale * t }
@@ -133,7 +142,8 @@ public final class StreamMatcher {
         return [.dropped(at: end, seconds: seconds)] + append([], at: end + seconds - timeShift)
     }
 
-    /// Ends the stream: settles the last peaks, makes a last attempt and returns its events.
+    /// Ends the stream: settles the last peaks, makes a last attempt and returns its events, the last of
+    /// them ``SessionEvent/ended(at:)``.
     public func finish() -> [SessionEvent] {
         guard !finished else { return [] }
         generator.finish()
@@ -148,7 +158,7 @@ public final class StreamMatcher {
             events.append(.noMatch(at: end, previous: nil))
         }
         finished = true
-        return events
+        return events + [.ended(at: generator.duration)]
     }
 
     private func collectPeaks() {
@@ -182,7 +192,10 @@ public final class StreamMatcher {
         // itself skewed: then its skew is the one to keep checking.
         var matchOptions = options.match
         attemptsSinceSkew += 1
-        let skewDue = options.skewInterval >= 0 && Double(attemptsSinceSkew) * options.interval >= options.skewInterval
+        // While the current track keeps matching as it is, a skew search could only find a worse fit of it.
+        let confirmed = current.map { horizon - $0.lastSeen <= 1.5 * options.interval + 1 } ?? false
+        let skewDue = options.skewInterval >= 0 && !confirmed
+            && Double(attemptsSinceSkew) * options.interval >= options.skewInterval
         if skewDue {
             attemptsSinceSkew = 0
         } else if let c = current, abs(c.timeScale - 1) > 0.002 || abs(c.frequencySkew) > 0.002 {
@@ -211,11 +224,28 @@ public final class StreamMatcher {
         }
         let alignment = best.matchOffset - best.timeScale * windowStart
         let lastSeen = windowStart + best.queryEnd
-        if var c = current, c.track == best.track.id,
-           abs(c.position(atStream: horizon) - (alignment + best.timeScale * horizon)) < 1.0 {
-            c.lastSeen = max(c.lastSeen, lastSeen)
-            current = c
-            return []
+        // Repetitive music can fit a short stretch at several places; while the current position is one
+        // of them, it stands, so the report does not flip between repeats.
+        let fits = [best.matchOffset] + best.alternativeOffsets
+        if var c = current, c.track == best.track.id {
+            if fits.contains(where: { abs(c.position(atStream: horizon) - ($0 - best.timeScale * windowStart + best.timeScale * horizon)) < 1.0 }) {
+                c.lastSeen = max(c.lastSeen, lastSeen)
+                c.score = max(c.score, best.score)
+                current = c
+                return []
+            }
+            // The same track elsewhere: a seek, a loop, or a better fit of a short ambiguous stretch of
+            // repeating music. If the current position still fits the window nearly as well, it stands, so
+            // two near-equal fits do not take turns.
+            if let kept = try? matcher.evidence(of: signature, trackID: c.track, offset: c.position(atStream: windowStart),
+                                                skew: Skew(time: c.timeScale, frequency: 1 + c.frequencySkew)),
+               let found = try? matcher.evidence(of: signature, trackID: c.track, offset: best.matchOffset,
+                                                 skew: Skew(time: best.timeScale, frequency: 1 + best.frequencySkew)),
+               kept >= 0.8 * found {
+                c.lastSeen = max(c.lastSeen, lastSeen)
+                current = c
+                return []
+            }
         }
         let streamTime = windowStart + best.queryStart
         var m = best
@@ -227,7 +257,7 @@ public final class StreamMatcher {
         let event = StreamMatch(match: m, streamTime: streamTime, detectedAt: horizon,
                                 predictedCurrentMatchOffset: predicted, clockTime: now)
         current = Current(track: best.track.id, streamMatch: event, alignment: alignment, timeScale: best.timeScale,
-                          frequencySkew: best.frequencySkew, lastSeen: lastSeen)
+                          frequencySkew: best.frequencySkew, score: best.score, lastSeen: lastSeen)
         reportedNoMatch = false
         return [.match(event)]
     }

@@ -3,27 +3,6 @@ import EarmarkCatalog
 import EarmarkMatching
 import Foundation
 
-/// A buffer of PCM audio for a ``StreamingSession``: any sample rate and channel count.
-public struct PCMBuffer: Sendable {
-    /// Interleaved samples, nominally in −1…1.
-    public var samples: [Float]
-    public var sampleRate: Double
-    public var channels: Int
-    /// Seconds of the stream at the first sample, or nil to follow the previous buffer.
-    public var time: Double?
-
-    public init(samples: [Float], sampleRate: Double, channels: Int = 1, time: Double? = nil) {
-        self.samples = samples
-        self.sampleRate = sampleRate
-        self.channels = channels
-        self.time = time
-    }
-
-    /// Frames (samples per channel).
-    public var frameCount: Int { channels > 0 ? samples.count / channels : 0 }
-    public var duration: Double { sampleRate > 0 ? Double(frameCount) / sampleRate : 0 }
-}
-
 /// Matches a live stream against a catalog, in the spirit of ShazamKit's `SHSession` with
 /// `matchStreamingBuffer`: append buffers as they arrive and read ``events``.
 ///
@@ -45,7 +24,11 @@ public final class StreamingSession: Sendable {
     private let wake = DispatchSemaphore(value: 0)
     private let done = DispatchSemaphore(value: 0)
     private let go = DispatchSemaphore(value: 0)
+    /// Signalled whenever the worker empties the queue (a waiting ``append(_:)`` rechecks for room).
+    private let space = DispatchSemaphore(value: 0)
     private let started = LockedValue(false)
+    /// Why the input ended early, reported as the last event.
+    private let failure = LockedValue<String?>(nil)
     private let clock: (any SessionClock)?
 
     private struct Queue {
@@ -77,9 +60,10 @@ public final class StreamingSession: Sendable {
         let (stream, continuation) = AsyncStream.makeStream(of: SessionEvent.self, bufferingPolicy: .bufferingNewest(4096))
         events = stream
         let core = Transfer(StreamMatcher(matcher: matcher, options: options, clock: clock))
-        let thread = Thread { [queue, wake, done, go] in
+        let thread = Thread { [queue, wake, done, go, failure, space] in
             go.wait()
-            StreamingSession.work(core.take(), queue: queue, wake: wake, continuation: continuation)
+            StreamingSession.work(core.take(), queue: queue, wake: wake, space: space, failure: failure,
+                                  continuation: continuation)
             done.signal()
         }
         thread.name = "earmark-stream"
@@ -93,23 +77,32 @@ public final class StreamingSession: Sendable {
         if first { go.signal() }
     }
 
-    /// Queues a buffer; returns at once. Buffers with no samples, no channels or an invalid rate are ignored.
+    /// Queues a buffer and returns at once (unless ``StreamingOptions/dropsWhenBehind`` is false and the
+    /// backlog is full: then it waits for room). Buffers with no samples, no channels or an invalid rate are ignored.
     public func append(_ buffer: PCMBuffer) {
         guard buffer.channels > 0, buffer.sampleRate.isFinite, buffer.sampleRate > 0, buffer.frameCount > 0 else { return }
         let arrival = clock?.now()
         let maximum = options.maximumBacklog
-        queue.withLock { q in
-            guard !q.finished else { return }
-            var b = buffer
-            if b.time == nil { b.time = q.inputEnd }
-            q.inputEnd = max(q.inputEnd, b.time! + b.duration)
-            q.buffers.append((b, arrival))
-            q.queuedSeconds += b.duration
-            while q.queuedSeconds > maximum, q.buffers.count > 1 {
-                let old = q.buffers.removeFirst()
-                q.queuedSeconds -= old.buffer.duration
-                q.dropped += old.buffer.duration
+        let waits = !options.dropsWhenBehind
+        while true {
+            let queued = queue.withLock { q -> Bool in
+                guard !q.finished else { return true }
+                if waits, !q.buffers.isEmpty, q.queuedSeconds + buffer.duration > maximum { return false }
+                var b = buffer
+                if b.time == nil { b.time = q.inputEnd }
+                q.inputEnd = max(q.inputEnd, b.time! + b.duration)
+                q.buffers.append((b, arrival))
+                q.queuedSeconds += b.duration
+                while q.queuedSeconds > maximum, q.buffers.count > 1 {
+                    let old = q.buffers.removeFirst()
+                    q.queuedSeconds -= old.buffer.duration
+                    q.dropped += old.buffer.duration
+                }
+                return true
             }
+            if queued { break }
+            wake.signal()
+            space.wait()
         }
         wake.signal()
     }
@@ -120,6 +113,33 @@ public final class StreamingSession: Sendable {
         wake.signal()
     }
 
+    /// Reads `source` on a thread of its own and appends every buffer, until the source ends, `maximumDuration`
+    /// seconds of audio have been read or `shouldStop` returns true (checked between buffers); then
+    /// finishes the session. A failing source ends the session with an ``SessionEvent/error(at:message:)``.
+    public func feed(from source: sending any AudioSource, maximumDuration: Double? = nil,
+                     shouldStop: @escaping @Sendable () -> Bool = { false }) {
+        let handoff = Transfer(source)
+        let thread = Thread { [self] in
+            let source = handoff.take()
+            var seconds = 0.0
+            do {
+                while !shouldStop(), seconds < (maximumDuration ?? .infinity), var buffer = try source.next() {
+                    if let limit = maximumDuration, seconds + buffer.duration > limit {
+                        let frames = Int((limit - seconds) * buffer.sampleRate)
+                        buffer.samples.removeLast(buffer.samples.count - frames * buffer.channels)
+                    }
+                    seconds += buffer.duration
+                    append(buffer)
+                }
+            } catch {
+                failure.withLock { $0 = "\(error)" }
+            }
+            finish()
+        }
+        thread.name = "earmark-input"
+        thread.start()
+    }
+
     /// Waits (blocking) until the worker has ended after ``finish()``.
     public func waitUntilFinished() {
         done.wait()
@@ -127,7 +147,7 @@ public final class StreamingSession: Sendable {
     }
 
     private static func work(_ core: StreamMatcher, queue: LockedValue<Queue>, wake: DispatchSemaphore,
-                             continuation: AsyncStream<SessionEvent>.Continuation) {
+                             space: DispatchSemaphore, failure: LockedValue<String?>, continuation: AsyncStream<SessionEvent>.Continuation) {
         var converter: (rate: Double, resampler: Resampler)?
         var expected: Double?   // input stream time where the next buffer should start
         var pendingGap: Double?
@@ -138,6 +158,7 @@ public final class StreamingSession: Sendable {
                 defer { q.buffers.removeAll(); q.queuedSeconds = 0; q.dropped = 0 }
                 return (q.buffers, q.dropped, q.finished)
             }
+            space.signal()
             if dropped > 0 { emit([.dropped(at: core.streamDuration, seconds: dropped)]) }
             for (buffer, arrival) in batch {
                 let time = buffer.time ?? expected ?? 0
@@ -164,7 +185,11 @@ public final class StreamingSession: Sendable {
             }
             if finished {
                 if let c = converter { emit(core.append(c.resampler.flush())) }
-                emit(core.finish())
+                var last = core.finish()
+                if let message = failure.withLock({ $0 }) {
+                    last.insert(.error(at: core.streamDuration, message: message), at: max(0, last.count - 1))
+                }
+                emit(last)
                 continuation.finish()
                 return
             }

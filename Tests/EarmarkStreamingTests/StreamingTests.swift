@@ -1,3 +1,4 @@
+import EarmarkAudio
 import EarmarkCatalog
 import EarmarkMatching
 import EarmarkStreaming

@@ -1,0 +1,28 @@
+/// A buffer of PCM audio as it arrives from a live source: any sample rate and channel count.
+public struct PCMBuffer: Sendable {
+    /// Interleaved samples, nominally in −1…1.
+    public var samples: [Float]
+    public var sampleRate: Double
+    public var channels: Int
+    /// Seconds of the stream at the first sample, or nil to follow the previous buffer.
+    public var time: Double?
+
+    public init(samples: [Float], sampleRate: Double, channels: Int = 1, time: Double? = nil) {
+        self.samples = samples
+        self.sampleRate = sampleRate
+        self.channels = channels
+        self.time = time
+    }
+
+    /// Frames (samples per channel).
+    public var frameCount: Int { channels > 0 ? samples.count / channels : 0 }
+    public var duration: Double { sampleRate > 0 ? Double(frameCount) / sampleRate : 0 }
+}
+
+/// Anything that delivers live audio buffer by buffer: a microphone, a pipe, a file replayed in real time.
+public protocol AudioSource {
+    /// The next buffer; nil at the end of the input. May block until audio is there.
+    func next() throws -> PCMBuffer?
+}
+
+extension PCMStreamReader: AudioSource {}

@@ -1,0 +1,289 @@
+import ArgumentParser
+import EarmarkCapture
+import EarmarkKit
+import Foundation
+
+struct ListenCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "listen",
+        abstract: "Identify what is playing, live, from a microphone, a pipe or a file.",
+        discussion: """
+        Listens to the default microphone (any PulseAudio or PipeWire source), matches the last \
+        12 s of sound against the catalog every second and reports each track as it is recognised: \
+        the first one, a new one when the music changes, and "no match" when nothing matches \
+        for a while (once, not on every attempt). While a track is matched, the status line on a \
+        terminal shows its current position, moving with the clock.
+
+        Inputs:
+          (default)       the default input device; --device NAME picks another source
+                          (names: `pactl list short sources`; also $EARMARK_DEVICE)
+          --input -       WAV on standard input: ffmpeg -i URL -f wav - | earmark listen --input -
+                          (raw PCM with --raw s16le|s24le|s32le|f32le --rate HZ --channels N)
+          --input FILE    any audio file, played at real-time pace (--fast: as fast as it decodes)
+
+        Text output: one line per event on standard output, e.g.
+          0:03  match: Title — Artist  at 1:23.45, confidence 0.99
+        and a summary when listening ends (end of input, --duration, or Ctrl-C).
+
+        --json: one JSON object per line (NDJSON), flushed at once. Every object has "event" and \
+        "time" (seconds of input heard so far):
+          match          track {id, title, artist, album, metadata, …}, matchOffset (seconds into the \
+        track at streamTime), streamTime, predictedCurrentMatchOffset (the track position at "time"), \
+        confidence, score, significance, frequencySkew, timeScale, alternativeOffsets
+          noMatch        previousTrack (id of the track that stopped matching, or null)
+          discontinuity  gap (seconds the input's timestamps jumped)
+          dropped        seconds (audio thrown away because matching fell behind)
+          error          message
+          end            (last) matches (how many match events), dropped (seconds), reason ("input \
+        ended", "duration", "interrupted", "matched", "error")
+
+        Exit codes:
+          0  listening ended normally; with --once: a track was matched
+          1  with --once: the input ended (or --duration passed) without a match
+          2  an error: no sound server or device, unreadable input, unusable catalog
+        """
+    )
+
+    @OptionGroup var options: GlobalOptions
+
+    @Option(help: ArgumentHelp("Record from this PulseAudio/PipeWire source instead of the default one.",
+                               valueName: "name"))
+    var device: String?
+
+    @Option(help: ArgumentHelp("Listen to this instead of a microphone: a file, or - for standard input.",
+                               valueName: "file|-"))
+    var input: String?
+
+    @Flag(help: "With --input FILE: read as fast as possible instead of at real-time pace.")
+    var fast = false
+
+    @Flag(help: "Stop at the first match (exit 0), or exit 1 if the input ends without one.")
+    var once = false
+
+    @Option(help: ArgumentHelp("Stop after this many seconds of audio.", valueName: "seconds"))
+    var duration: Double?
+
+    @Option(help: ArgumentHelp("With --input -: the stream is raw PCM in this format (s16le, s24le, s32le, f32le), not WAV.",
+                               valueName: "format"))
+    var raw: String?
+
+    @Option(help: ArgumentHelp("Sample rate of raw PCM input.", valueName: "Hz"))
+    var rate: Double = 44_100
+
+    @Option(help: ArgumentHelp("Channels of raw PCM input.", valueName: "n"))
+    var channels: Int = 1
+
+    @Option(help: ArgumentHelp("Seconds of recent audio each attempt matches (3–60).", valueName: "seconds"))
+    var window: Double = StreamingOptions.default.window
+
+    func validate() throws {
+        if let duration { guard duration.isFinite, duration > 0 else { throw ValidationError("--duration must be a number of seconds > 0.") } }
+        guard window.isFinite, (3...60).contains(window) else { throw ValidationError("--window must be between 3 and 60 seconds.") }
+        if fast && (input == nil || input == "-") { throw ValidationError("--fast needs --input FILE.") }
+        if input != nil && device != nil { throw ValidationError("--device and --input exclude each other.") }
+        if let raw {
+            guard input == "-" else { throw ValidationError("--raw needs --input -.") }
+            guard PCMStreamReader.SampleFormat(rawValue: raw) != nil else {
+                throw ValidationError("--raw must be one of: \(PCMStreamReader.SampleFormat.allCases.map(\.rawValue).joined(separator: ", ")).")
+            }
+        }
+        guard rate.isFinite, (1000...384_000).contains(rate) else { throw ValidationError("--rate must be between 1000 and 384000 Hz.") }
+        guard (1...32).contains(channels) else { throw ValidationError("--channels must be between 1 and 32.") }
+    }
+
+    mutating func run() async throws {
+        let options = options, once = once, duration = duration
+        var streaming = StreamingOptions.default
+        streaming.window = window
+        // A file read as fast as it decodes waits for the matcher instead of losing audio.
+        streaming.dropsWhenBehind = !fast
+        let source: any AudioSource
+        let realTime: Bool
+        do {
+            switch input {
+            case "-"?:
+                let format = raw.flatMap(PCMStreamReader.SampleFormat.init(rawValue:))
+                source = try PCMStreamReader(fileDescriptor: 0, raw: format.map { ($0, rate, channels) })
+                realTime = true
+            case let path?:
+                source = try FileReplay(path: path, realTime: !fast)
+                realTime = !fast
+            case nil:
+                let name = device ?? ProcessInfo.processInfo.environment["EARMARK_DEVICE"].flatMap { $0.isEmpty ? nil : $0 }
+                source = try MicrophoneCapture(device: name)
+                realTime = true
+            }
+        } catch {
+            writeStderr("earmark: error: \(describe(error, file: input ?? "microphone"))\n")
+            throw ExitCode(2)
+        }
+        let session: StreamingSession
+        do {
+            session = try StreamingSession(catalogPath: options.catalogPath, options: streaming,
+                                           clock: realTime ? MonotonicClock() : nil, busyTimeout: options.lockTimeout)
+        } catch {
+            writeStderr("earmark: error: \(describe(error))\n")
+            throw ExitCode(2)
+        }
+
+        let stop = LockedFlag()
+        let interrupted = LockedFlag()
+        let signals = [SIGINT, SIGTERM].map { sig -> any DispatchSourceSignal in
+            signal(sig, SIG_IGN)
+            let s = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            s.setEventHandler { interrupted.set(); stop.set() }
+            s.resume()
+            return s
+        }
+        defer { signals.forEach { $0.cancel() } }
+        session.feed(from: source, maximumDuration: duration, shouldStop: { stop.isSet })
+
+        let display = ListenDisplay(json: options.json, live: !options.json && stderrIsTerminal)
+        let ticker = Task { while !Task.isCancelled { display.tick(); try? await Task.sleep(for: .milliseconds(250)) } }
+        var failed = false
+        var matched = false
+        for await event in session.events {
+            display.show(event)
+            if case .error = event { failed = true }
+            if case .match = event {
+                matched = true
+                if once { stop.set(); break }
+            }
+        }
+        ticker.cancel()
+        let reason = matched && once ? "matched" : interrupted.isSet ? "interrupted"
+            : failed ? "error" : (duration.map { display.heard >= $0 - 0.05 } ?? false) ? "duration" : "input ended"
+        display.end(reason: reason)
+        if failed { throw ExitCode(2) }
+        if once && !matched { throw ExitCode(1) }
+    }
+}
+
+/// A flag set from any thread.
+final class LockedFlag: @unchecked Sendable {
+    // All access goes through the lock.
+    private let lock = NSLock()
+    private var value = false
+    func set() { lock.lock(); value = true; lock.unlock() }
+    var isSet: Bool { lock.lock(); defer { lock.unlock() }; return value }
+}
+
+/// What `listen` prints: event lines (text or NDJSON) and, on a terminal, a status line kept up to date.
+final class ListenDisplay: @unchecked Sendable {
+    // All mutable state is guarded by `lock`; the ticker task and the event loop both call in.
+    private let lock = NSLock()
+    private let json: Bool
+    private let live: Bool
+    private let clock = MonotonicClock()
+    private let started: Double
+    private var current: StreamMatch?
+    private var statusVisible = false
+    private(set) var heard = 0.0
+    private var matches: [StreamMatch] = []
+    private var dropped = 0.0
+
+    init(json: Bool, live: Bool) {
+        self.json = json
+        self.live = live
+        started = clock.now()
+    }
+
+    func show(_ event: SessionEvent) {
+        lock.lock()
+        defer { lock.unlock() }
+        heard = max(heard, event.time)
+        switch event {
+        case .match(let m): current = m; matches.append(m)
+        case .noMatch: current = nil
+        case .dropped(_, let s): dropped += s
+        default: break
+        }
+        if case .ended = event { return }   // `end(reason:)` reports it, with the reason
+        if json {
+            emitJSON(event)
+            return
+        }
+        let stamp = formatDuration(event.time) + "  "
+        let text: String
+        switch event {
+        case .match(let m): text = stamp + "match: " + ListenDisplay.describe(m.match, at: m.predictedCurrentMatchOffset)
+        case .noMatch(_, let previous): text = stamp + (previous == nil ? "no match" : "no match (the track stopped matching)")
+        case .discontinuity(_, let gap): text = stamp + String(format: "input skipped %.2f s", gap)
+        case .dropped(_, let s): text = stamp + String(format: "dropped %.1f s of audio: matching fell behind", s)
+        case .error(_, let message):
+            clearStatus()
+            writeStderr("earmark: error: \(message)\n")
+            return
+        case .ended: return
+        }
+        clearStatus()
+        print(text)
+        fflush(nil)
+        drawStatus()
+    }
+
+    /// Redraws the status line (on a terminal), moving the predicted position with the clock.
+    func tick() {
+        lock.lock()
+        defer { lock.unlock() }
+        drawStatus()
+    }
+
+    func end(reason: String) {
+        lock.lock()
+        defer { lock.unlock() }
+        clearStatus()
+        if json {
+            emitLine(["event": .string("end"), "time": .number(heard), "reason": .string(reason),
+                      "matches": .number(Double(matches.count)), "dropped": .number(dropped)])
+            return
+        }
+        var text = "listened \(formatDuration(heard)) (\(reason)): "
+        if matches.isEmpty {
+            text += "no match"
+        } else {
+            text += "\(matches.count) match\(matches.count == 1 ? "" : "es"): "
+                + matches.map { "\(trackLabel($0.match.track)) at \(formatDuration($0.detectedAt))" }.joined(separator: "; ")
+        }
+        if dropped > 0 { text += String(format: "; %.1f s dropped", dropped) }
+        writeStderr(text + "\n")
+    }
+
+    private func drawStatus() {
+        guard live else { return }
+        let elapsed = clock.now() - started
+        var text: String
+        if let m = current {
+            text = "♪ " + ListenDisplay.describe(m.match, at: m.predictedCurrentMatchOffset(at: clock.now()))
+        } else {
+            text = "listening… " + formatDuration(elapsed)
+        }
+        text = truncate(text, max(10, ProgressBar.terminalWidth() - 1))
+        writeStderr("\r" + text + "\u{1B}[K")
+        statusVisible = true
+    }
+
+    private func clearStatus() {
+        if statusVisible { writeStderr("\r\u{1B}[K") }
+        statusVisible = false
+    }
+
+    static func describe(_ m: Match, at position: Double) -> String {
+        let speed = abs(m.frequencySkew) >= 0.002 ? String(format: ", speed %+.1f %%", m.frequencySkew * 100) : ""
+        return "\(trackLabel(m.track))  at \(formatOffset(position))" + String(format: ", confidence %.2f", m.confidence) + speed
+    }
+
+    private func emitJSON(_ event: SessionEvent) {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        guard let data = try? encoder.encode(event) else { return }
+        FileHandle.standardOutput.write(data + Data("\n".utf8))
+    }
+
+    private func emitLine(_ object: [String: JSONValue]) {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        guard let data = try? encoder.encode(object) else { return }
+        FileHandle.standardOutput.write(data + Data("\n".utf8))
+    }
+}
