@@ -37,7 +37,8 @@ public struct StreamMatch: Sendable, Codable, Equatable {
     public var match: Match
     /// Session seconds (from the first sample appended) where the matched stretch starts.
     public var streamTime: Double
-    /// Session seconds of the newest audio analysed when the match was made.
+    /// Session seconds of the newest audio received when the match was made (peaks settle about half a
+    /// second behind it, so the matched stretch ends a little earlier).
     public var detectedAt: Double
     /// The position in the track (seconds) when the event was made; see ``predictedCurrentMatchOffset(at:)``.
     public var predictedCurrentMatchOffset: Double

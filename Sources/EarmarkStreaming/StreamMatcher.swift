@@ -254,7 +254,7 @@ public final class StreamMatcher {
         // The newest audio is "now" (its arrival on the clock, or its stream time without a clock).
         let now = latestClock ?? generator.duration
         let predicted = alignment + best.timeScale * generator.duration
-        let event = StreamMatch(match: m, streamTime: streamTime, detectedAt: horizon,
+        let event = StreamMatch(match: m, streamTime: streamTime, detectedAt: generator.duration,
                                 predictedCurrentMatchOffset: predicted, clockTime: now)
         current = Current(track: best.track.id, streamMatch: event, alignment: alignment, timeScale: best.timeScale,
                           frequencySkew: best.frequencySkew, score: best.score, lastSeen: lastSeen)

@@ -123,9 +123,11 @@ public final class StreamingSession: Sendable {
             let source = handoff.take()
             var seconds = 0.0
             do {
-                while !shouldStop(), seconds < (maximumDuration ?? .infinity), var buffer = try source.next() {
-                    if let limit = maximumDuration, seconds + buffer.duration > limit {
-                        let frames = Int((limit - seconds) * buffer.sampleRate)
+                // A millisecond of slack: cutting the last buffer to whole frames can fall just short.
+                let limit = maximumDuration ?? .infinity
+                while !shouldStop(), seconds < limit - 0.001, var buffer = try source.next() {
+                    if seconds + buffer.duration > limit {
+                        let frames = Int(((limit - seconds) * buffer.sampleRate).rounded())
                         buffer.samples.removeLast(buffer.samples.count - frames * buffer.channels)
                     }
                     seconds += buffer.duration

@@ -73,6 +73,10 @@ struct ListenCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Channels of raw PCM input.", valueName: "n"))
     var channels: Int = 1
 
+    @Option(help: ArgumentHelp("Also save the audio heard to this WAV file (32-bit float, as captured).",
+                               valueName: "file"))
+    var record: String?
+
     @Option(help: ArgumentHelp("Seconds of recent audio each attempt matches (3–60).", valueName: "seconds"))
     var window: Double = StreamingOptions.default.window
 
@@ -95,8 +99,9 @@ struct ListenCommand: AsyncParsableCommand {
         let options = options, once = once, duration = duration
         var streaming = StreamingOptions.default
         streaming.window = window
-        // A file read as fast as it decodes waits for the matcher instead of losing audio.
-        streaming.dropsWhenBehind = !fast
+        // Only a microphone or a file at real-time pace must not wait: a file read as fast as it decodes,
+        // and a pipe (whose writer simply blocks), wait for the matcher instead of losing audio.
+        streaming.dropsWhenBehind = input == nil || (input != "-" && !fast)
         let source: any AudioSource
         let realTime: Bool
         do {
@@ -117,6 +122,7 @@ struct ListenCommand: AsyncParsableCommand {
             writeStderr("earmark: error: \(describe(error, file: input ?? "microphone"))\n")
             throw ExitCode(2)
         }
+        let input: any AudioSource = record.map { RecordingSource(source, recordingTo: $0) } ?? source
         let session: StreamingSession
         do {
             session = try StreamingSession(catalogPath: options.catalogPath, options: streaming,
@@ -136,18 +142,21 @@ struct ListenCommand: AsyncParsableCommand {
             return s
         }
         defer { signals.forEach { $0.cancel() } }
-        session.feed(from: source, maximumDuration: duration, shouldStop: { stop.isSet })
+        session.feed(from: input, maximumDuration: duration, shouldStop: { stop.isSet })
 
         let display = ListenDisplay(json: options.json, live: !options.json && stderrIsTerminal)
         let ticker = Task { while !Task.isCancelled { display.tick(); try? await Task.sleep(for: .milliseconds(250)) } }
         var failed = false
         var matched = false
         for await event in session.events {
+            // After --once has its match, the rest of the queued audio is only drained, not reported.
+            if once && matched { continue }
             display.show(event)
             if case .error = event { failed = true }
             if case .match = event {
                 matched = true
-                if once { stop.set(); break }
+                // Stop reading; the session then ends after the audio already queued (and a recording is closed).
+                if once { stop.set() }
             }
         }
         ticker.cancel()

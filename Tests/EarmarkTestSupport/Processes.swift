@@ -191,10 +191,85 @@ public enum EarmarkCLI {
 
     /// Runs `earmark ARGS`. The environment points the default catalog at a path that does not
     /// exist, so a test can never touch the user's real catalog by accident.
-    public static func run(_ arguments: [String], environment: [String: String?] = [:],
+    public static func run(_ arguments: [String], environment: [String: String?] = [:], stdin: Data? = nil,
                            timeout: Double = 180) throws -> ProcessOutput {
         var env: [String: String?] = ["EARMARK_CATALOG": TestPaths.scratchRoot.appendingPathComponent("no-default-catalog.earcat").path]
         for (k, v) in environment { env[k] = v }
-        return try Run.process(try executable(), arguments, environment: env, timeout: timeout)
+        return try Run.process(try executable(), arguments, environment: env, stdin: stdin, timeout: timeout)
+    }
+}
+
+/// A child process started without waiting for it; ``finished()`` suspends (without blocking a thread)
+/// until it exits.
+public final class RunningProcess: @unchecked Sendable {
+    // `process` is only read after start; the continuation is guarded by `lock`.
+    private let process = Process()
+    private let lock = NSLock()
+    private var exited = false
+    private var waiters: [CheckedContinuation<Void, Never>] = []
+    private let folder: TemporaryDirectory
+    private let outURL: URL, errURL: URL
+
+    /// Starts `executable ARGS` with the environment changes given, standard input from /dev/null.
+    public init(_ executable: String, _ arguments: [String], environment: [String: String?] = [:]) throws {
+        guard let exe = Run.which(executable) else { throw TestSupportError("program not found: \(executable)") }
+        folder = try TemporaryDirectory("running")
+        outURL = folder.file("stdout")
+        errURL = folder.file("stderr")
+        _ = FileManager.default.createFile(atPath: outURL.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: errURL.path, contents: nil)
+        process.executableURL = URL(fileURLWithPath: exe)
+        process.arguments = arguments
+        var env = ProcessInfo.processInfo.environment
+        for (k, v) in environment { env[k] = v }
+        process.environment = env
+        process.standardOutput = try FileHandle(forWritingTo: outURL)
+        process.standardError = try FileHandle(forWritingTo: errURL)
+        process.standardInput = FileHandle.nullDevice
+        process.terminationHandler = { [weak self] _ in self?.markExited() }
+        try process.run()
+    }
+
+    private func markExited() {
+        lock.lock()
+        exited = true
+        let w = waiters
+        waiters = []
+        lock.unlock()
+        for c in w { c.resume() }
+    }
+
+    /// Sends a signal (SIGINT, SIGTERM, …) to the process.
+    public func signal(_ sig: Int32) { kill(process.processIdentifier, sig) }
+
+    /// Waits for the process to exit, killing it after `timeout` seconds, and returns its output.
+    public func finished(timeout: Double = 120) async throws -> ProcessOutput {
+        let killer = Task { [weak self] in
+            try await Task.sleep(for: .seconds(timeout))
+            self?.signal(SIGKILL)
+        }
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            lock.lock()
+            if exited {
+                lock.unlock()
+                c.resume()
+            } else {
+                waiters.append(c)
+                lock.unlock()
+            }
+        }
+        killer.cancel()
+        process.waitUntilExit()
+        return ProcessOutput(status: process.terminationStatus, stdout: try Data(contentsOf: outURL),
+                             stderr: try Data(contentsOf: errURL), timedOut: process.terminationReason == .uncaughtSignal)
+    }
+}
+
+extension EarmarkCLI {
+    /// Starts `earmark ARGS` without waiting (same environment rules as ``run(_:environment:timeout:)``).
+    public static func start(_ arguments: [String], environment: [String: String?] = [:]) throws -> RunningProcess {
+        var env: [String: String?] = ["EARMARK_CATALOG": TestPaths.scratchRoot.appendingPathComponent("no-default-catalog.earcat").path]
+        for (k, v) in environment { env[k] = v }
+        return try RunningProcess(try executable(), arguments, environment: env)
     }
 }

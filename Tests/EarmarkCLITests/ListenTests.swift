@@ -1,0 +1,150 @@
+import EarmarkTestSupport
+import Foundation
+import Testing
+
+// End-to-end tests of `earmark listen`:
+//   earmark listen [--device NAME | --input FILE|- [--fast] [--raw FMT --rate HZ --channels N]]
+//                  [--once] [--duration S] [--record FILE] [--json]
+// NDJSON events: match, noMatch, discontinuity, dropped, error, end (last).
+
+/// The NDJSON lines of `out` as objects.
+func events(_ out: ProcessOutput) throws -> [[String: Any]] {
+    try out.stdoutText.split(separator: "\n").map { line in
+        guard let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
+            throw TestSupportError("not a JSON object: \(line)")
+        }
+        return object
+    }
+}
+
+func matchEvents(_ out: ProcessOutput) throws -> [[String: Any]] {
+    try events(out).filter { $0["event"] as? String == "match" }
+}
+
+func number(_ object: [String: Any], _ key: String) -> Double { (object[key] as? NSNumber)?.doubleValue ?? .nan }
+
+/// Two catalog tracks back to back: 15 s of pingus-4 from 30 s, then 15 s of pingus-3 from 40 s.
+func twoTrackClip(_ f: CLIFixture) throws -> URL {
+    let a = f.dir.file("listen-a-\(UUID().uuidString.prefix(6)).wav")
+    let b = f.dir.file("listen-b-\(UUID().uuidString.prefix(6)).wav")
+    let ab = f.dir.file("listen-ab-\(UUID().uuidString.prefix(6)).wav")
+    try Fixtures.cut(try f.audio.reference("pingus-4"), start: 30, seconds: 15, to: a, rate: 44_100, channels: 1)
+    try Fixtures.cut(try f.audio.reference("pingus-3"), start: 40, seconds: 15, to: b, rate: 44_100, channels: 1)
+    try Run.sox([a.path, b.path, ab.path])
+    return ab
+}
+
+/// Checks the match events of the two-track clip heard with `lead` seconds of other sound before it.
+func expectTwoTracks(_ out: ProcessOutput, lead: Double) throws {
+    let matches = try matchEvents(out)
+    #expect(matches.compactMap(title) == ["pingus-4", "pingus-3"], "\(out)")
+    guard matches.count == 2 else { return }
+    let a = matches[0], b = matches[1]
+    // Stream time t is pingus-4 at 30 + t − lead, then pingus-3 at 40 + t − lead − 15.
+    #expect(abs(number(a, "matchOffset") - (30 + number(a, "streamTime") - lead)) < 0.5, "\(a)")
+    #expect(abs(number(b, "matchOffset") - (40 + number(b, "streamTime") - lead - 15)) < 0.5, "\(b)")
+    #expect(number(a, "time") - lead <= 4, "first match only at \(number(a, "time")) s")
+    #expect(number(b, "time") - lead - 15 <= 5, "the change was reported only at \(number(b, "time")) s")
+    // The predicted position is the track position at the event's time.
+    #expect(abs(number(a, "predictedCurrentMatchOffset") - (30 + number(a, "time") - lead)) < 0.5, "\(a)")
+}
+
+@Suite("earmark listen")
+struct ListenTests {
+    @Test("from a microphone: a virtual PulseAudio source hears two tracks played in real time")
+    func microphone() async throws {
+        let f = try await CLIFixture.shared.value()
+        let pulse = try await PulseDaemon.shared.value()
+        let clip = try twoTrackClip(f)
+        let recording = f.dir.file("heard-\(UUID().uuidString.prefix(6)).wav")
+        let listen = try EarmarkCLI.start(["listen", "--catalog", f.catalog, "--json", "--duration", "36",
+                                           "--record", recording.path], environment: pulse.environment)
+        try await Task.sleep(for: .seconds(1))
+        let play = try RunningProcess("paplay", ["-d", "virt_out", clip.path], environment: pulse.environment)
+        let played = try await play.finished(timeout: 90)
+        #expect(played.status == 0, "\(played)")
+        let out = try await listen.finished(timeout: 90)
+        #expect(out.status == 0, "\(out)")
+        // What the microphone heard before the music started, from the recording itself.
+        let heard = try Fixtures.decode(recording)
+        let first = try #require(heard.firstIndex { abs($0) > 0.01 }, "the recording is silent")
+        let lead = Double(first) / 44_100
+        #expect(lead < 5, "playback started only after \(lead) s")
+        try expectTwoTracks(out, lead: lead)
+        let last = try #require(try events(out).last)
+        #expect(last["event"] as? String == "end" && last["reason"] as? String == "duration", "\(last)")
+    }
+
+    @Test("WAV on standard input, paced or not, gives the same two matches with their offsets")
+    func standardInput() async throws {
+        let f = try await CLIFixture.shared.value()
+        let clip = try twoTrackClip(f)
+        let out = try EarmarkCLI.run(["listen", "--catalog", f.catalog, "--json", "--input", "-"],
+                                     environment: [:], stdin: try Data(contentsOf: clip))
+        #expect(out.status == 0, "\(out)")
+        try expectTwoTracks(out, lead: 0)
+        // The same as raw 48 kHz stereo float.
+        let raw = f.dir.file("listen-\(UUID().uuidString.prefix(6)).f32")
+        try Run.sox([clip.path, "-t", "f32", "-r", "48000", "-c", "2", raw.path])
+        let rawOut = try EarmarkCLI.run(["listen", "--catalog", f.catalog, "--json", "--input", "-", "--raw", "f32le",
+                                         "--rate", "48000", "--channels", "2"], stdin: try Data(contentsOf: raw))
+        #expect(rawOut.status == 0, "\(rawOut)")
+        try expectTwoTracks(rawOut, lead: 0)
+    }
+
+    @Test("--once stops at the first match with exit 0; text output names the track")
+    func once() async throws {
+        let f = try await CLIFixture.shared.value()
+        let clip = try twoTrackClip(f)
+        let out = try EarmarkCLI.run(["listen", "--catalog", f.catalog, "--input", clip.path, "--fast", "--once"])
+        #expect(out.status == 0, "\(out)")
+        #expect(out.stdoutText.contains("match: pingus-4"), "\(out)")
+        #expect(!out.stdoutText.contains("pingus-3"), "\(out)")
+        #expect(out.stderrText.contains("listened"), "\(out)")
+    }
+
+    @Test("non-catalog music and real speech: no match, --once exits 1")
+    func noMatch() async throws {
+        let f = try await CLIFixture.shared.value()
+        let mix = f.dir.file("listen-negative-\(UUID().uuidString.prefix(6)).wav")
+        var parts: [String] = []
+        for (i, url) in (f.audio.negative + f.audio.speech).enumerated() {
+            let part = f.dir.file("neg-\(i)-\(UUID().uuidString.prefix(6)).wav")
+            try Fixtures.cut(url, start: 0, seconds: 14, to: part, rate: 44_100, channels: 1)
+            parts.append(part.path)
+        }
+        try Run.sox(parts + [mix.path])
+        let out = try EarmarkCLI.run(["listen", "--catalog", f.catalog, "--json", "--input", mix.path, "--fast"])
+        #expect(out.status == 0, "\(out)")
+        #expect(try matchEvents(out).isEmpty, "\(out)")
+        #expect(try events(out).contains { $0["event"] as? String == "noMatch" }, "\(out)")
+        let once = try EarmarkCLI.run(["listen", "--catalog", f.catalog, "--input", mix.path, "--fast", "--once"])
+        #expect(once.status == 1, "\(once)")
+    }
+
+    @Test("no sound server, an unknown device, garbage on stdin and bad options fail clearly")
+    func errors() async throws {
+        let f = try await CLIFixture.shared.value()
+        let empty = try TemporaryDirectory("nopulse")
+        let noServer = try EarmarkCLI.run(["listen", "--catalog", f.catalog, "--duration", "1"],
+                                          environment: ["PULSE_RUNTIME_PATH": empty.path, "PULSE_SERVER": "unix:\(empty.path)/none"])
+        #expect(noServer.status == 2 && noServer.stderrText.contains("sound server"), "\(noServer)")
+
+        let pulse = try await PulseDaemon.shared.value()
+        let noDevice = try EarmarkCLI.run(["listen", "--catalog", f.catalog, "--device", "no_such_mic", "--duration", "1"],
+                                          environment: pulse.environment)
+        #expect(noDevice.status == 2 && noDevice.stderrText.contains("no_such_mic"), "\(noDevice)")
+
+        let garbage = try EarmarkCLI.run(["listen", "--catalog", f.catalog, "--input", "-"], stdin: Data("hello, not audio".utf8))
+        #expect(garbage.status == 2 && garbage.stderrText.contains("not a WAV stream"), "\(garbage)")
+
+        let missing = try EarmarkCLI.run(["listen", "--catalog", f.dir.path("missing.earcat"), "--input", "-"],
+                                         stdin: Data())
+        #expect(missing.status == 2, "\(missing)")
+
+        for bad in [["--fast"], ["--duration", "0"], ["--raw", "f32le"], ["--window", "1"], ["--input", "-", "--raw", "mp3"]] {
+            let out = try EarmarkCLI.run(["listen", "--catalog", f.catalog] + bad)
+            #expect(out.status == 64, "\(bad): \(out)")
+        }
+    }
+}
