@@ -36,6 +36,7 @@ let package = Package(
             "EarmarkKit", "EarmarkCapture", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "earmark-bench", dependencies: ["EarmarkKit"]),
+        .executableTarget(name: "earmark-listen-bench", dependencies: ["EarmarkKit"]),
         .target(name: "EarmarkTestSupport", dependencies: ["EarmarkKit"], path: "Tests/EarmarkTestSupport"),
 
         .testTarget(name: "EarmarkAudioTests", dependencies: ["EarmarkAudio", "EarmarkTestSupport"]),

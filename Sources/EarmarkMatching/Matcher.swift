@@ -28,6 +28,9 @@ public struct MatchOptions: Sendable, Equatable {
     /// Whether a strong match that covers under 60 % of the query still tries the skews (a skewed clip can
     /// line up over a short stretch). Streams turn it off: there a track often fills only part of the window.
     public var skewWhenPartial = true
+    /// The number of skews the whole search covers when ``skewTrials`` holds only one slice of it (a stream
+    /// spreads the grid over its attempts); the significance is charged for all of them. nil: `skewTrials.count`.
+    public var skewSearchSize: Int? = nil
 
     public static let `default` = MatchOptions(minimumHits: 4, minimumSignificance: 7, supportingHits: 10, hashBonus: 4,
                                                maximumMatches: 5, candidates: 8, minimumVerifiedPeaks: 5)
@@ -178,7 +181,7 @@ public final class Matcher {
         // significance pays for, and it needs the supporting number of aligned hashes.
         var best = plain
         var bestSkew: Skew?
-        let trials = 2 * options.skewTrials.count
+        let trials = 2 * max(options.skewTrials.count, options.skewSearchSize ?? 0)
         func attempt(_ skew: Skew) throws {
             var r = try matchOnce(Matcher.unskewed(signature, skew, configuration: configuration),
                                   trials: trials, minimumHits: options.supportingHits)

@@ -10,9 +10,10 @@ public struct StreamingOptions: Sendable, Equatable {
     public var interval: Double = 1
     /// Seconds of audio needed before the first attempt. Default 2.
     public var firstAttempt: Double = 2
-    /// Stream seconds between attempts that also search speed, tempo and pitch changes (they cost
-    /// more); 0 searches skews on every attempt, a negative value never. Default 5.
-    public var skewInterval: Double = 5
+    /// Skews (speed, tempo, pitch changes; ``MatchOptions/skewTrials``, nearest first) tried per attempt
+    /// while nothing matches as is. Each costs about as much as a plain attempt, so the grid is spread
+    /// over successive attempts, round and round; 0 never searches skews. Default 4.
+    public var skewTrialsPerAttempt = 4
     /// A matched track counts as gone after this many seconds of audio without it. Default 6.
     public var lostAfter: Double = 6
     /// At most this many seconds of audio wait to be processed; when matching falls behind, the
@@ -53,7 +54,7 @@ public final class StreamMatcher {
     /// after the input's clock went backwards.
     private var timeShift = 0.0
     private var nextAttempt: Double
-    private var attemptsSinceSkew = Int.max / 2
+    private var skewCursor = 0
     /// Clock reading and stream time of the newest audio, to map stream time to the clock.
     private var latestClock: Double?
     private var current: Current?
@@ -188,16 +189,17 @@ public final class StreamMatcher {
         }
         let signature = Signature(configurationVersion: configuration.version, duration: horizon - windowStart,
                                   peaks: windowPeaks)
-        // Skews cost many lookups, so they are searched only now and then, unless the current track is
-        // itself skewed: then its skew is the one to keep checking.
+        // Skews cost a lookup each, so each attempt tries only a few, unless the current track is itself
+        // skewed: then its skew is the one to keep checking.
         var matchOptions = options.match
-        attemptsSinceSkew += 1
         // While the current track keeps matching as it is, a skew search could only find a worse fit of it.
         let confirmed = current.map { horizon - $0.lastSeen <= 1.5 * options.interval + 1 } ?? false
-        let skewDue = options.skewInterval >= 0 && !confirmed
-            && Double(attemptsSinceSkew) * options.interval >= options.skewInterval
-        if skewDue {
-            attemptsSinceSkew = 0
+        let grid = options.match.skewTrials
+        if !confirmed, options.skewTrialsPerAttempt > 0, !grid.isEmpty {
+            // The next slice of the grid; the significance is charged for the whole grid.
+            matchOptions.skewTrials = (0..<min(grid.count, options.skewTrialsPerAttempt)).map { grid[(skewCursor + $0) % grid.count] }
+            matchOptions.skewSearchSize = grid.count
+            skewCursor = (skewCursor + options.skewTrialsPerAttempt) % grid.count
         } else if let c = current, abs(c.timeScale - 1) > 0.002 || abs(c.frequencySkew) > 0.002 {
             matchOptions.skewTrials = [Skew(time: c.timeScale, frequency: 1 + c.frequencySkew)]
         } else {

@@ -1,0 +1,236 @@
+// earmark-listen-bench: live-matching figures on the public corpus, through the same StreamMatcher and
+// StreamingSession that `earmark listen` runs (audio fed as 0.1-s buffers, no sleeping). See tools/listen-bench.sh.
+//
+//   time to first match: a stream of non-catalog music, then a catalog track from a random place;
+//                        seconds from the track's start to its first correct match (clean, babble 5 dB)
+//   false matches:       every non-catalog track back to back
+//   cost:                processing seconds per second of audio (= share of one core at real-time pace)
+//   memory:              resident size after 3 and after 30 minutes of stream
+import EarmarkKit
+import Foundation
+
+struct Options {
+    var corpus = ""
+    var negative = ""
+    var catalog = "/tmp/earmark-bench.earcat"
+    var babble = ""
+    var tracks = 40
+    var seed: UInt64 = 1
+    var lead = 8.0
+    var minutes = 30.0
+    var negativeMinutes = 15.0
+}
+
+func parseOptions() -> Options {
+    var o = Options()
+    var args = CommandLine.arguments.dropFirst().makeIterator()
+    while let a = args.next() {
+        switch a {
+        case "--corpus": o.corpus = args.next() ?? ""
+        case "--negative": o.negative = args.next() ?? ""
+        case "--catalog": o.catalog = args.next() ?? o.catalog
+        case "--babble": o.babble = args.next() ?? ""
+        case "--tracks": o.tracks = Int(args.next() ?? "") ?? o.tracks
+        case "--seed": o.seed = UInt64(args.next() ?? "") ?? 1
+        case "--minutes": o.minutes = Double(args.next() ?? "") ?? o.minutes
+        case "--negative-minutes": o.negativeMinutes = Double(args.next() ?? "") ?? o.negativeMinutes
+        default:
+            FileHandle.standardError.write(Data("""
+            usage: earmark-listen-bench --corpus DIR/corpus/public --negative DIR/corpus/negative --babble babble.wav
+                                        [--catalog PATH] [--tracks N] [--seed S] [--minutes M] [--negative-minutes M]
+              --minutes: length of the memory stream; --negative-minutes: non-catalog music streamed for false matches
+              The catalog must hold the public corpus (earmark-bench builds it); it is indexed here when missing.
+
+            """.utf8))
+            exit(a == "--help" ? 0 : 2)
+        }
+    }
+    guard !o.corpus.isEmpty, !o.negative.isEmpty, !o.babble.isEmpty else { say("need --corpus, --negative and --babble"); exit(2) }
+    return o
+}
+
+func readTSV(_ path: String) -> [[String: String]] {
+    guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { say("cannot read \(path)"); exit(2) }
+    let lines = text.split(separator: "\n").map { $0.split(separator: "\t", omittingEmptySubsequences: false).map(String.init) }
+    guard let header = lines.first else { return [] }
+    return lines.dropFirst().map { Dictionary(uniqueKeysWithValues: zip(header, $0 + Array(repeating: "", count: max(0, header.count - $0.count)))) }
+}
+
+struct Rng {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+    mutating func uniform() -> Double { Double(next() >> 11) / Double(1 << 53) }
+}
+
+func percentile(_ xs: [Double], _ p: Double) -> Double {
+    guard !xs.isEmpty else { return .nan }
+    let s = xs.sorted()
+    return s[min(s.count - 1, Int((Double(s.count - 1) * p).rounded()))]
+}
+func fmt(_ x: Double, _ d: Int = 2) -> String { String(format: "%.\(d)f", x) }
+func residentMB() -> Double {
+    guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8),
+          let pages = text.split(separator: " ").dropFirst().first.flatMap({ Double($0) }) else { return .nan }
+    return pages * Double(sysconf(Int32(_SC_PAGESIZE))) / 1_048_576
+}
+func power(_ x: ArraySlice<Float>) -> Double { x.reduce(0.0) { $0 + Double($1) * Double($1) } / Double(max(1, x.count)) }
+
+let o = parseOptions()
+let sr = 44_100
+let manifest = readTSV(o.corpus + "/manifest.tsv")
+let negatives = readTSV(o.negative + "/manifest.tsv")
+let clock = ContinuousClock()
+func elapsed(since t: ContinuousClock.Instant) -> Double {
+    let d = clock.now - t
+    return Double(d.components.seconds) + Double(d.components.attoseconds) * 1e-18
+}
+
+if !FileManager.default.fileExists(atPath: o.catalog) {
+    say("indexing \(manifest.count) tracks into \(o.catalog)")
+    _ = try await Ingestor(catalogPath: o.catalog).add(files: manifest.map { $0["path"]! })
+}
+let catalog = try Catalog(path: o.catalog, readOnly: true)
+var idByPath: [String: Int64] = [:]
+for t in try catalog.tracks() { if let p = t.sourcePath { idByPath[p] = t.id } }
+
+let babble = try AudioFileReader.readAll(path: o.babble)
+var negativeAudio: [[Float]] = []
+var negativeSeconds = 0.0
+for n in negatives where negativeSeconds < o.negativeMinutes * 60 {
+    let audio = try AudioFileReader.readAll(path: n["path"]!)
+    let keep = min(audio.count, Int((o.negativeMinutes * 60 - negativeSeconds) * Double(sr)))
+    negativeAudio.append(Array(audio[..<keep]))
+    negativeSeconds += Double(keep) / Double(sr)
+}
+
+
+/// Feeds `samples` to a fresh StreamMatcher in 0.1-s buffers; returns the events and the processing time.
+func stream(_ samples: [Float]) throws -> (events: [SessionEvent], seconds: Double) {
+    let core = StreamMatcher(matcher: Matcher(catalog: try Catalog(path: o.catalog, readOnly: true)))
+    var events: [SessionEvent] = []
+    let t0 = clock.now
+    var i = 0
+    while i < samples.count {
+        let j = min(samples.count, i + sr / 10)
+        events += core.append(Array(samples[i..<j]))
+        i = j
+    }
+    events += core.finish()
+    return (events, elapsed(since: t0))
+}
+
+// --- Time to first match -------------------------------------------------------------------------
+var rng = Rng(state: o.seed)
+let eligible = manifest.filter { (Double($0["duration_s"] ?? "") ?? 0) >= 40 && idByPath[$0["path"]!] != nil }
+var picks: [(path: String, id: Int64, start: Double)] = []
+while picks.count < min(o.tracks, eligible.count) {
+    let m = eligible[Int(rng.next() % UInt64(eligible.count))]
+    if picks.contains(where: { $0.path == m["path"]! }) { continue }
+    let duration = Double(m["duration_s"]!)!
+    picks.append((m["path"]!, idByPath[m["path"]!]!, (rng.uniform() * (duration - 30)).rounded()))
+}
+say("== time from a catalog track's start to its first correct match (\(picks.count) tracks, after \(Int(o.lead)) s of non-catalog music)")
+var totalAudio = 0.0, totalProcessing = 0.0
+for condition in ["clean", "babble5"] {
+    var times: [Double] = []
+    var wrong = 0, offsetErrors: [Double] = []
+    for (k, pick) in picks.enumerated() {
+        let all = try AudioFileReader.readAll(path: pick.path)
+        let a = Int(pick.start) * sr
+        var track = Array(all[a..<min(all.count, a + 20 * sr)])
+        if condition == "babble5" {
+            let offset = Int(rng.next() % UInt64(max(1, babble.count - track.count)))
+            let noise = babble[offset..<(offset + track.count)]
+            let gain = Float((power(track[...]) / max(1e-12, power(noise) * pow(10, 0.5))).squareRoot())
+            for i in track.indices { track[i] += gain * noise[noise.startIndex + i] }
+        }
+        let neg = negativeAudio[k % negativeAudio.count]
+        let n0 = Int(rng.next() % UInt64(max(1, neg.count - Int(o.lead) * sr)))
+        let input = Array(neg[n0..<min(neg.count, n0 + Int(o.lead) * sr)]) + track
+        let lead = Double(input.count - track.count) / Double(sr)
+        let (events, secs) = try stream(input)
+        totalAudio += Double(input.count) / Double(sr)
+        totalProcessing += secs
+        var found: Double?
+        for case .match(let m) in events {
+            if m.match.track.id == pick.id {
+                if found == nil {
+                    found = m.detectedAt - lead
+                    offsetErrors.append(abs(m.match.matchOffset - (pick.start + m.streamTime - lead)))
+                }
+            } else {
+                wrong += 1
+                say("   \(condition) wrong track while playing #\(pick.id) from \(pick.start) s: \(describe(m))")
+            }
+        }
+        times.append(found ?? .infinity)
+    }
+    let hit = times.filter(\.isFinite)
+    say("\(condition):  median \(fmt(percentile(times, 0.5))) s, p90 \(fmt(percentile(times, 0.9))) s, matched within 20 s \(hit.count)/\(times.count), "
+          + "offset error median \(fmt(percentile(offsetErrors, 0.5), 3)) s (≤ 0.5 s: \(offsetErrors.filter { $0 <= 0.5 }.count)/\(offsetErrors.count)), wrong-track events \(wrong)")
+}
+
+// --- False matches on non-catalog music ----------------------------------------------------------
+let negativeStream = negativeAudio.flatMap { $0 }
+let negativeMinutes = Double(negativeStream.count) / Double(sr) / 60
+let (negEvents, negSeconds) = try stream(negativeStream)
+totalAudio += negativeMinutes * 60
+totalProcessing += negSeconds
+let falseMatches = negEvents.filter { if case .match = $0 { true } else { false } }.count
+for case .match(let m) in negEvents { say("   false match: \(describe(m))") }
+say("== false matches: \(falseMatches) over \(fmt(negativeMinutes, 1)) min of non-catalog music (\(negativeAudio.count) tracks back to back)")
+say("== cost: \(fmt(totalProcessing / totalAudio * 100, 1)) % of one core at real-time pace "
+      + "(\(fmt(totalAudio / totalProcessing, 0))× real-time; \(fmt(negSeconds / (negativeMinutes * 60) * 100, 1)) % on non-catalog music alone)")
+
+// --- Memory over a long stream -------------------------------------------------------------------
+var options = StreamingOptions.default
+options.dropsWhenBehind = false
+let session = StreamingSession(matcher: Matcher(catalog: try Catalog(path: o.catalog, readOnly: true)), options: options, clock: nil)
+let drain = Task {
+    var matches = 0
+    for await event in session.events {
+        if case .match = event { matches += 1 }
+    }
+    return matches
+}
+var fed = 0.0
+var marks: [(minutes: Double, mb: Double)] = []
+var source = 0
+let pool = negativeAudio + (try picks.prefix(10).map { try AudioFileReader.readAll(path: $0.path) })
+let t0 = clock.now
+while fed < o.minutes * 60 {
+    let audio = pool[source % pool.count]
+    source += 1
+    var i = 0
+    while i < audio.count, fed < o.minutes * 60 {
+        let j = min(audio.count, i + sr / 10)
+        session.append(PCMBuffer(samples: Array(audio[i..<j]), sampleRate: Double(sr)))
+        fed += Double(j - i) / Double(sr)
+        i = j
+        for mark in [3.0, 10, 20, 30, 60] where marks.count < 5 && fed >= mark * 60 && !marks.contains(where: { $0.minutes == mark }) {
+            marks.append((mark, residentMB()))
+        }
+    }
+}
+session.finish()
+let streamMatches = await drain.value
+say("== memory over a \(fmt(o.minutes, 0))-min stream (StreamingSession, \(streamMatches) match events, \(fmt(o.minutes * 60 / elapsed(since: t0), 0))× real-time): "
+      + marks.map { "\(fmt($0.minutes, 0)) min \(fmt($0.mb, 1)) MB" }.joined(separator: ", "))
+
+/// Prints a line at once (the output is often piped).
+func say(_ line: String) {
+    print(line)
+    fflush(nil)
+}
+
+func describe(_ m: StreamMatch) -> String {
+    "#\(m.match.track.id) \(m.match.track.title ?? "") at \(fmt(m.detectedAt)) s: significance \(fmt(m.match.significance)), "
+        + "score \(m.match.score), verified \(m.match.verifiedPeaks)/\(m.match.queryPeaks), skew \(fmt(m.match.frequencySkew * 100)) %, "
+        + "timeScale \(fmt(m.match.timeScale, 4)), stretch \(fmt(m.match.queryStart))–\(fmt(m.match.queryEnd)) s"
+}
