@@ -27,8 +27,8 @@ fi
 [ -f "$ROOT/corpus/public/manifest.tsv" ] || python3 "$SHARED/corpus/build_corpus.py" --set all --root "$ROOT"
 [ -f "$QUERIES/queries.tsv" ] || python3 "$SHARED/corpus/make_queries.py" --corpus "$ROOT/corpus/public" \
   --negative "$ROOT/corpus/negative" --out "$QUERIES" --per-track "$PER_TRACK" --negatives "$NEGATIVES"
-swift build -c release --product earmark-bench 2>&1 | grep -Ev '^\[[0-9]+/[0-9]+\]' || true
-bench="$(swift build -c release --show-bin-path)/earmark-bench"
+swift build -c release --scratch-path .build/tools --product earmark-bench 2>&1 | grep -Ev '^\[[0-9]+/[0-9]+\]' || true
+bench="$(swift build -c release --scratch-path .build/tools --show-bin-path)/earmark-bench"
 "$bench" --corpus "$ROOT/corpus/public" --queries "$QUERIES" "$@"
 if [ "${SKEW:-0}" = 1 ]; then
   SKEWQ=$ROOT/queries/skew-10s-2

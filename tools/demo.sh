@@ -8,8 +8,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash tools/setup.sh </dev/null
 audio=$(bash tools/test-audio.sh </dev/null)
 echo "== building (release)"
-swift build -c release --product earmark 2>&1 | grep -Ev '^\[[0-9]+/[0-9]+\]' || true
-earmark=$(swift build -c release --show-bin-path)/earmark
+swift build -c release --scratch-path .build/tools --product earmark 2>&1 | grep -Ev '^\[[0-9]+/[0-9]+\]' || true
+earmark=$(swift build -c release --scratch-path .build/tools --show-bin-path)/earmark
 catalog=catalogs/demo.earcat
 
 echo "== earmark catalog add $audio/reference"

@@ -29,9 +29,9 @@ BABBLE_SET=$ROOT/queries/babble-only
 [ -f "$BABBLE_SET/babble.wav" ] || python3 "$SHARED/corpus/make_queries.py" --corpus "$ROOT/corpus/public" \
   --negative "$ROOT/corpus/negative" --out "$BABBLE_SET" --per-track 1 --negatives 0 --durations 3 --degradations babble5 >/dev/null
 
-swift build -c release --product earmark-listen-bench 2>&1 | grep -Ev '^\[[0-9]+/[0-9]+\]' || true
-swift build -c release --product earmark 2>&1 | grep -Ev '^\[[0-9]+/[0-9]+\]' || true
-bin="$(swift build -c release --show-bin-path)"
+swift build -c release --scratch-path .build/tools --product earmark-listen-bench 2>&1 | grep -Ev '^\[[0-9]+/[0-9]+\]' || true
+swift build -c release --scratch-path .build/tools --product earmark 2>&1 | grep -Ev '^\[[0-9]+/[0-9]+\]' || true
+bin="$(swift build -c release --scratch-path .build/tools --show-bin-path)"
 "$bin/earmark-listen-bench" --corpus "$ROOT/corpus/public" --negative "$ROOT/corpus/negative" \
   --babble "$BABBLE_SET/babble.wav" --catalog "$CATALOG" --tracks "$TRACKS" --minutes "$MINUTES"
 

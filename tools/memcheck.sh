@@ -5,8 +5,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 audio=$(bash tools/test-audio.sh </dev/null)
-swift build -c release --product earmark 2>&1 | grep -Ev '^\[[0-9]+/[0-9]+\]' || true
-earmark=$(swift build -c release --show-bin-path)/earmark
+swift build -c release --scratch-path .build/tools --product earmark 2>&1 | grep -Ev '^\[[0-9]+/[0-9]+\]' || true
+earmark=$(swift build -c release --scratch-path .build/tools --show-bin-path)/earmark
 tmp=${TMPDIR:-/tmp}/earmark-memcheck
 mkdir -p "$tmp"
 first=$(ls "$audio"/reference/* | head -1)

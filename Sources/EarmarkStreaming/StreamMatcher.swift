@@ -14,6 +14,10 @@ public struct StreamingOptions: Sendable, Equatable {
     /// while nothing matches as is. Each costs about as much as a plain attempt, so the grid is spread
     /// over successive attempts, round and round; 0 never searches skews. Default 4.
     public var skewTrialsPerAttempt = 4
+    /// A match at least this significant (``Match/significance``) is reported at once; a weaker one
+    /// (above ``MatchOptions/minimumSignificance``) only when the next attempt finds the same track at
+    /// the same position. Default 10.
+    public var immediateSignificance: Double = 10
     /// A matched track counts as gone after this many seconds of audio without it. Default 6.
     public var lostAfter: Double = 6
     /// At most this many seconds of audio wait to be processed; when matching falls behind, the
@@ -22,10 +26,14 @@ public struct StreamingOptions: Sendable, Equatable {
     /// When the backlog is full: true drops the oldest audio (live input must not wait), false makes
     /// ``StreamingSession/append(_:)`` wait for room (replaying a file as fast as it decodes). Default true.
     public var dropsWhenBehind = true
-    /// Decision rules of each attempt (the skew grid is used on skew attempts only).
+    /// Decision rules of each attempt: file matching's, but 15 aligned hashes for the hash bonus and no skew
+    /// search for a match that covers only part of the window (the skew grid is spread over attempts).
     public var match: MatchOptions = {
         var m = MatchOptions.default
         m.skewWhenPartial = false
+        // An attempt every second meets thousands of chances an hour; the hash bonus asks for more
+        // aligned hashes than a single clip does.
+        m.supportingHits = 15
         return m
     }()
 
@@ -58,6 +66,8 @@ public final class StreamMatcher {
     /// Clock reading and stream time of the newest audio, to map stream time to the clock.
     private var latestClock: Double?
     private var current: Current?
+    /// A weak match waiting for the next attempt to confirm it.
+    private var pending: (track: Int64, alignment: Double, timeScale: Double)?
     private var reportedNoMatch = false
     private var finished = false
 
@@ -249,6 +259,16 @@ public final class StreamMatcher {
                 return []
             }
         }
+        // A stream makes an attempt every second, so a coincidence that passes the threshold once in a few
+        // thousand clips would turn up every hour or so. A weak match is therefore reported only when the
+        // next attempt finds the same track on the same line; a strong one at once.
+        if best.significance < options.immediateSignificance {
+            let line = (track: best.track.id, position: alignment + best.timeScale * horizon)
+            defer { pending = (line.track, alignment, best.timeScale) }
+            guard let p = pending, p.track == line.track,
+                  abs(p.alignment + p.timeScale * horizon - line.position) < 1.0 else { return [] }
+        }
+        pending = nil
         let streamTime = windowStart + best.queryStart
         var m = best
         // Report the position at the start of the matched stretch, as a file match does for a clip.
@@ -265,6 +285,7 @@ public final class StreamMatcher {
     }
 
     private func noMatch(at horizon: Double) -> [SessionEvent] {
+        pending = nil
         if let c = current {
             guard horizon - c.lastSeen >= options.lostAfter else { return [] }
             current = nil
