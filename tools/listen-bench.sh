@@ -17,9 +17,10 @@ REALTIME=${REALTIME:-120}
 CATALOG=${CATALOG:-/tmp/earmark-bench.earcat}
 
 bash tools/setup.sh </dev/null
-for p in libchromaprint-tools espeak-ng python3-numpy; do
+for p in libchromaprint-tools espeak-ng; do
   dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed' || missing="${missing:-} $p"
 done
+python3 -c 'import numpy' 2>/dev/null || missing="${missing:-} python3-numpy"
 if [ -n "${missing:-}" ]; then
   apt-get -o DPkg::Lock::Timeout=900 update -q && apt-get -o DPkg::Lock::Timeout=900 install -y --no-install-recommends $missing
 fi

@@ -59,8 +59,9 @@ struct ListenTests {
         let recording = f.dir.file("heard-\(UUID().uuidString.prefix(6)).wav")
         let listen = try EarmarkCLI.start(["listen", "--catalog", f.catalog, "--json", "--duration", "45",
                                            "--record", recording.path], environment: pulse.environment)
-        try await Task.sleep(for: .seconds(1))
-        let play = try RunningProcess("paplay", ["-d", "virt_out", clip.path], environment: pulse.environment)
+        // Started right away, not after an await: other tests may keep this task waiting for a thread.
+        let play = try RunningProcess("/bin/sh", ["-c", "sleep 1; exec paplay -d virt_out \"$0\"", clip.path],
+                                      environment: pulse.environment)
         let played = try await play.finished(timeout: 90)
         #expect(played.status == 0, "\(played)")
         let out = try await listen.finished(timeout: 90)
