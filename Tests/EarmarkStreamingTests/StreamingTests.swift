@@ -120,6 +120,27 @@ struct StreamMatcherTests {
         #expect(matches[1].detectedAt - 15 <= 5)
     }
 
+    @Test("a stream played 4 % fast is found, with its skew, and followed at that speed")
+    func skewedStream() async throws {
+        let f = try await StreamingFixture.shared.value()
+        let dir = try TemporaryDirectory("skewed")
+        let fast = dir.file("fast.wav")
+        // sox `speed 1.04`: pitch and tempo both 4 % up, as a radio speed-up.
+        try Run.sox([try f.audio.reference("pingus-5").path, "-r", "44100", "-c", "1", "-b", "16", fast.path,
+                     "trim", "20", "31.2", "speed", "1.04", "rate", "44100"])
+        let core = try f.core()
+        let events = feed(core, try Fixtures.decode(fast)) + core.finish()
+        let matches = events.compactMap(\.streamMatch)
+        let m = try #require(matches.first, "\(events)")
+        #expect(matches.count == 1, "\(matches)")
+        #expect(m.match.track.id == f.ids["pingus-5"])
+        #expect(abs(m.match.frequencySkew - 0.04) < 0.005, "skew \(m.match.frequencySkew)")
+        #expect(abs(m.match.timeScale - 1.04) < 0.005, "time scale \(m.match.timeScale)")
+        // Stream time t is track time 20 + 1.04 t.
+        #expect(abs(m.match.matchOffset - (20 + 1.04 * m.streamTime)) < 0.5, "\(m)")
+        #expect(abs(m.predictedCurrentMatchOffset - (20 + 1.04 * m.detectedAt)) < 0.5, "\(m)")
+    }
+
     @Test("a gap in the timestamps is reported and matching goes on")
     func survivesGap() async throws {
         let f = try await StreamingFixture.shared.value()
