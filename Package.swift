@@ -21,6 +21,7 @@ let package = Package(
         // No pkgConfig: libpulse-simple's .pc adds -pthread, which SwiftPM rejects with a warning;
         // the headers are in /usr/include and the modulemap names the libraries.
         .systemLibrary(name: "CPulseSimple", providers: [.apt(["libpulse-dev"])]),
+        .systemLibrary(name: "CEBUR128", pkgConfig: "libebur128", providers: [.apt(["libebur128-dev"])]),
 
         .target(name: "EarmarkAudio", dependencies: ["CSndFile", "CSoxr"]),
         .target(name: "EarmarkCapture", dependencies: ["CPulseSimple", "EarmarkAudio"]),
@@ -29,8 +30,9 @@ let package = Package(
         .target(name: "EarmarkCatalog", dependencies: ["CSQLite3", "EarmarkSignature"]),
         .target(name: "EarmarkMatching", dependencies: ["EarmarkSignature", "EarmarkCatalog"]),
         .target(name: "EarmarkStreaming", dependencies: ["EarmarkAudio", "EarmarkMatching"]),
+        .target(name: "EarmarkAnalysis", dependencies: ["CEBUR128", "EarmarkAudio"]),
         .target(name: "EarmarkKit", dependencies: [
-            "EarmarkAudio", "EarmarkSignature", "EarmarkCatalog", "EarmarkMatching", "EarmarkStreaming",
+            "EarmarkAudio", "EarmarkSignature", "EarmarkCatalog", "EarmarkMatching", "EarmarkStreaming", "EarmarkAnalysis",
         ]),
         .executableTarget(name: "earmark", dependencies: [
             "EarmarkKit", "EarmarkCapture", .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -44,6 +46,7 @@ let package = Package(
         .testTarget(name: "EarmarkSignatureTests", dependencies: ["EarmarkSignature", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkCatalogTests", dependencies: ["EarmarkCatalog", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkMatchingTests", dependencies: ["EarmarkMatching", "EarmarkTestSupport"]),
+        .testTarget(name: "EarmarkAnalysisTests", dependencies: ["EarmarkAnalysis", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkStreamingTests", dependencies: ["EarmarkStreaming", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkKitTests", dependencies: ["EarmarkKit", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkCLITests", dependencies: ["EarmarkTestSupport"]),

@@ -154,19 +154,7 @@ final class SndFileSource: PCMSource {
     }
 
     func readMono() throws -> [Float]? {
-        let n = interleaved.withUnsafeMutableBufferPointer { sf_readf_float(file, $0.baseAddress, sf_count_t(chunkFrames)) }
-        if n <= 0 {
-            let err = sf_error(file)
-            if err != 0 {
-                throw AudioError(.corrupt, "decode error after \(framesRead) frames: \(String(cString: sf_strerror(file)))", path: path)
-            }
-            if exactLength, let want = announcedFrames, framesRead < want {
-                throw AudioError(.corrupt, "truncated file: \(framesRead) of \(want) frames decodable", path: path)
-            }
-            return nil
-        }
-        let frames = Int(n)
-        framesRead += frames
+        guard let frames = try readFrames() else { return nil }
         if channels == 1 { return Array(interleaved[0..<frames]) }
         var mono = [Float](repeating: 0, count: frames)
         let scale = 1 / Float(channels)
@@ -181,6 +169,30 @@ final class SndFileSource: PCMSource {
             }
         }
         return mono
+    }
+
+    /// The next chunk with all channels, interleaved, at the file's own rate.
+    func readInterleaved() throws -> [Float]? {
+        guard let frames = try readFrames() else { return nil }
+        return Array(interleaved[0..<(frames * channels)])
+    }
+
+    /// Decodes the next chunk into `interleaved`; returns its frame count, or nil at the end.
+    private func readFrames() throws -> Int? {
+        let n = interleaved.withUnsafeMutableBufferPointer { sf_readf_float(file, $0.baseAddress, sf_count_t(chunkFrames)) }
+        if n <= 0 {
+            let err = sf_error(file)
+            if err != 0 {
+                throw AudioError(.corrupt, "decode error after \(framesRead) frames: \(String(cString: sf_strerror(file)))", path: path)
+            }
+            if exactLength, let want = announcedFrames, framesRead < want {
+                throw AudioError(.corrupt, "truncated file: \(framesRead) of \(want) frames decodable", path: path)
+            }
+            return nil
+        }
+        let frames = Int(n)
+        framesRead += frames
+        return frames
     }
 }
 
@@ -206,12 +218,13 @@ final class FFmpegSource: PCMSource {
         return nil
     }
 
-    init(path: String, executable: String, chunkFrames: Int) throws {
+    /// Decodes to 44.1 kHz float with `channels` channels (interleaved), mono by default.
+    init(path: String, executable: String, chunkFrames: Int, channels: Int = 1) throws {
         self.path = path
-        chunkBytes = chunkFrames * 4
+        chunkBytes = chunkFrames * 4 * channels
         process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = ["-nostdin", "-hide_banner", "-loglevel", "error", "-i", path, "-vn", "-ac", "1",
+        process.arguments = ["-nostdin", "-hide_banner", "-loglevel", "error", "-i", path, "-vn", "-ac", String(channels),
                              "-ar", "44100", "-f", "f32le", "-acodec", "pcm_f32le", "pipe:1"]
         let out = Pipe()
         process.standardOutput = out

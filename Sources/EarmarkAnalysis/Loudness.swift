@@ -1,0 +1,158 @@
+import CEBUR128
+import EarmarkAudio
+import Foundation
+
+/// A value over a stretch of time, as Music Understanding's results are: seconds from the start.
+public struct TimedValue: Sendable, Codable, Equatable {
+    public var start: Double
+    public var end: Double
+    public var value: Double
+    public init(start: Double, end: Double, value: Double) {
+        self.start = start
+        self.end = end
+        self.value = value
+    }
+}
+
+/// EBU R 128 loudness of a piece of audio (ITU-R BS.1770-4 measurement, through libebur128).
+///
+/// Levels are in LUFS; `nil` where the measurement is undefined (silence, or audio shorter than the
+/// window). Series hold one value every 100 ms for the window ending at `end`.
+public struct LoudnessResult: Sendable, Codable, Equatable {
+    /// Integrated (gated, programme) loudness.
+    public var integrated: Double?
+    /// Loudness range (EBU Tech 3342), in LU.
+    public var range: Double?
+    /// Highest true peak (4× oversampled) over all channels, in dBTP.
+    public var truePeak: Double?
+    /// Highest sample peak over all channels, in dBFS.
+    public var samplePeak: Double?
+    /// Highest momentary and short-term loudness.
+    public var maximumMomentary: Double?
+    public var maximumShortTerm: Double?
+    /// Momentary loudness (400-ms window) every 100 ms.
+    public var momentary: [TimedValue]
+    /// Short-term loudness (3-s window) every 100 ms.
+    public var shortTerm: [TimedValue]
+    /// Seconds of audio measured, sample rate and channels of the measurement.
+    public var duration: Double
+    public var sampleRate: Double
+    public var channels: Int
+}
+
+/// Measures loudness incrementally: append buffers (any rate, any channel count up to 64), read
+/// ``momentary``/``shortTerm`` at any time, take the ``result()`` at the end.
+///
+/// Channels are weighted as BS.1770 says for the usual layouts: 1 mono (counted as one channel),
+/// 2 L R, 3 L R C, 5 L R C Ls Rs, 6 L R C LFE Ls Rs (the LFE channel is not counted); other counts weigh
+/// every channel 1.
+public final class LoudnessMeter {
+    public let sampleRate: Double
+    public let channels: Int
+    private let state: UnsafeMutablePointer<ebur128_state>
+    private var frames = 0
+    private let step: Int
+    private var sinceStep = 0
+    private var momentarySeries: [TimedValue] = []
+    private var shortTermSeries: [TimedValue] = []
+
+    public init(sampleRate: Double, channels: Int) throws {
+        guard sampleRate.isFinite, sampleRate >= 8000, sampleRate <= 384_000 else {
+            throw AudioError(.invalidFormat, "loudness needs a sample rate of 8–384 kHz, not \(sampleRate) Hz")
+        }
+        guard (1...64).contains(channels) else { throw AudioError(.invalidFormat, "loudness needs 1–64 channels, not \(channels)") }
+        let mode = Int32(EBUR128_MODE_I.rawValue | EBUR128_MODE_LRA.rawValue | EBUR128_MODE_TRUE_PEAK.rawValue
+            | EBUR128_MODE_SAMPLE_PEAK.rawValue | EBUR128_MODE_M.rawValue | EBUR128_MODE_S.rawValue)
+        guard let st = ebur128_init(UInt32(channels), UInt(sampleRate.rounded()), mode) else {
+            throw AudioError(.invalidFormat, "libebur128 cannot measure \(channels) channels at \(sampleRate) Hz")
+        }
+        state = st
+        self.sampleRate = sampleRate
+        self.channels = channels
+        step = Int((sampleRate / 10).rounded())
+        let layout: [Int32]
+        switch channels {
+        case 3: layout = [EBUR128_LEFT, EBUR128_RIGHT, EBUR128_CENTER].map { Int32($0.rawValue) }
+        case 5: layout = [EBUR128_LEFT, EBUR128_RIGHT, EBUR128_CENTER, EBUR128_LEFT_SURROUND, EBUR128_RIGHT_SURROUND].map { Int32($0.rawValue) }
+        case 6: layout = [EBUR128_LEFT, EBUR128_RIGHT, EBUR128_CENTER, EBUR128_UNUSED, EBUR128_LEFT_SURROUND, EBUR128_RIGHT_SURROUND].map { Int32($0.rawValue) }
+        default: layout = []
+        }
+        for (i, c) in layout.enumerated() { _ = ebur128_set_channel(st, UInt32(i), c) }
+    }
+
+    deinit {
+        var st: UnsafeMutablePointer<ebur128_state>? = state
+        ebur128_destroy(&st)
+    }
+
+    /// Seconds appended so far.
+    public var duration: Double { Double(frames) / sampleRate }
+
+    /// Appends interleaved samples (`channels` per frame); sampled series advance every 100 ms.
+    public func append(_ samples: [Float]) {
+        samples.withUnsafeBufferPointer { buf in
+            var offset = 0
+            let total = buf.count / channels
+            while offset < total {
+                let n = min(total - offset, step - sinceStep)
+                _ = ebur128_add_frames_float(state, buf.baseAddress! + offset * channels, n)
+                offset += n
+                sinceStep += n
+                frames += n
+                if sinceStep == step {
+                    sinceStep = 0
+                    record()
+                }
+            }
+        }
+    }
+
+    private func record() {
+        let t = duration
+        if t >= 0.4 - 1e-9, let m = momentary {
+            momentarySeries.append(TimedValue(start: t - 0.4, end: t, value: m))
+        }
+        if t >= 3 - 1e-9, let s = shortTerm {
+            shortTermSeries.append(TimedValue(start: t - 3, end: t, value: s))
+        }
+    }
+
+    /// Loudness of the last 400 ms (nil before 400 ms or in silence).
+    public var momentary: Double? { finite { ebur128_loudness_momentary(state, &$0) } }
+    /// Loudness of the last 3 s (nil before 3 s or in silence).
+    public var shortTerm: Double? { finite { ebur128_loudness_shortterm(state, &$0) } }
+
+    private func finite(_ read: (inout Double) -> Int32) -> Double? {
+        var v = 0.0
+        guard read(&v) == 0, v.isFinite else { return nil }
+        return v
+    }
+
+    /// Everything measured so far.
+    public func result() -> LoudnessResult {
+        var peak = -Double.infinity, truePeak = -Double.infinity
+        for c in 0..<channels {
+            var p = 0.0
+            if ebur128_sample_peak(state, UInt32(c), &p) == 0 { peak = max(peak, p) }
+            if ebur128_true_peak(state, UInt32(c), &p) == 0 { truePeak = max(truePeak, p) }
+        }
+        func dB(_ x: Double) -> Double? { x > 0 && x.isFinite ? 20 * log10(x) : nil }
+        let integrated = finite { ebur128_loudness_global(state, &$0) }
+        return LoudnessResult(
+            integrated: integrated,
+            // Without an integrated loudness (silence) there is no range either, though libebur128 says 0.
+            range: integrated == nil ? nil : finite { ebur128_loudness_range(state, &$0) },
+            truePeak: dB(truePeak), samplePeak: dB(peak),
+            maximumMomentary: momentarySeries.map(\.value).max(), maximumShortTerm: shortTermSeries.map(\.value).max(),
+            momentary: momentarySeries, shortTerm: shortTermSeries,
+            duration: duration, sampleRate: sampleRate, channels: channels)
+    }
+
+    /// Measures a whole file (its own rate and channels).
+    public static func measure(path: String) throws -> LoudnessResult {
+        let reader = try MultichannelFileReader(path: path)
+        let meter = try LoudnessMeter(sampleRate: reader.sampleRate, channels: reader.channels)
+        while let b = try reader.next() { meter.append(b.samples) }
+        return meter.result()
+    }
+}
