@@ -118,9 +118,9 @@ public final class LoudnessMeter {
     }
 
     /// Loudness of the last 400 ms (nil before 400 ms or in silence).
-    public var momentary: Double? { finite { ebur128_loudness_momentary(state, &$0) } }
+    public var momentary: Double? { duration >= 0.4 - 1e-9 ? finite { ebur128_loudness_momentary(state, &$0) } : nil }
     /// Loudness of the last 3 s (nil before 3 s or in silence).
-    public var shortTerm: Double? { finite { ebur128_loudness_shortterm(state, &$0) } }
+    public var shortTerm: Double? { duration >= 3 - 1e-9 ? finite { ebur128_loudness_shortterm(state, &$0) } : nil }
 
     private func finite(_ read: (inout Double) -> Int32) -> Double? {
         var v = 0.0

@@ -34,6 +34,7 @@ struct ListenCommand: AsyncParsableCommand {
           discontinuity  gap (seconds the input's timestamps jumped)
           dropped        seconds (audio thrown away because matching fell behind)
           error          message
+          loudness       (with --loudness, every second) momentary, shortTerm: LUFS, or null in silence
           end            (last) matches (how many match events), dropped (seconds), reason ("input \
         ended", "duration", "interrupted", "matched", "error")
 
@@ -72,6 +73,9 @@ struct ListenCommand: AsyncParsableCommand {
 
     @Option(help: ArgumentHelp("Channels of raw PCM input.", valueName: "n"))
     var channels: Int = 1
+
+    @Flag(help: "Also report the loudness heard (EBU R 128 momentary and short-term, LUFS) every second.")
+    var loudness = false
 
     @Option(help: ArgumentHelp("Also save the audio heard to this WAV file (32-bit float, as captured).",
                                valueName: "file"))
@@ -122,7 +126,9 @@ struct ListenCommand: AsyncParsableCommand {
             writeStderr("earmark: error: \(describe(error, file: input ?? "microphone"))\n")
             throw ExitCode(2)
         }
-        let input: any AudioSource = record.map { RecordingSource(source, recordingTo: $0) } ?? source
+        let display = ListenDisplay(json: options.json, live: !options.json && stderrIsTerminal)
+        var input: any AudioSource = record.map { RecordingSource(source, recordingTo: $0) } ?? source
+        if loudness { input = LoudnessTap(input) { display.showLoudness(time: $0, momentary: $1, shortTerm: $2) } }
         let session: StreamingSession
         do {
             session = try StreamingSession(catalogPath: options.catalogPath, options: streaming,
@@ -144,7 +150,6 @@ struct ListenCommand: AsyncParsableCommand {
         defer { signals.forEach { $0.cancel() } }
         session.feed(from: input, maximumDuration: duration, shouldStop: { stop.isSet })
 
-        let display = ListenDisplay(json: options.json, live: !options.json && stderrIsTerminal)
         let ticker = Task { while !Task.isCancelled { display.tick(); try? await Task.sleep(for: .milliseconds(250)) } }
         var failed = false
         var matched = false
@@ -165,6 +170,32 @@ struct ListenCommand: AsyncParsableCommand {
         display.end(reason: reason)
         if failed { throw ExitCode(2) }
         if once && !matched { throw ExitCode(1) }
+    }
+}
+
+/// Passes a source's buffers on while measuring their loudness; reports it every second of audio.
+final class LoudnessTap: AudioSource {
+    private let source: any AudioSource
+    private let report: (Double, Double?, Double?) -> Void
+    private var meter: LoudnessMeter?
+    private var nextReport = 1.0
+
+    init(_ source: any AudioSource, report: @escaping (Double, Double?, Double?) -> Void) {
+        self.source = source
+        self.report = report
+    }
+
+    func next() throws -> PCMBuffer? {
+        guard let buffer = try source.next() else { return nil }
+        if meter == nil || meter!.sampleRate != buffer.sampleRate || meter!.channels != buffer.channels {
+            meter = try LoudnessMeter(sampleRate: buffer.sampleRate, channels: buffer.channels)
+        }
+        meter!.append(buffer.samples)
+        if meter!.duration >= nextReport {
+            nextReport += 1
+            report(meter!.duration, meter!.momentary, meter!.shortTerm)
+        }
+        return buffer
     }
 }
 
@@ -190,6 +221,7 @@ final class ListenDisplay: @unchecked Sendable {
     private(set) var heard = 0.0
     private var matches: [StreamMatch] = []
     private var dropped = 0.0
+    private var level: Double?
 
     init(json: Bool, live: Bool) {
         self.json = json
@@ -231,6 +263,18 @@ final class ListenDisplay: @unchecked Sendable {
         drawStatus()
     }
 
+    /// Reports the loudness heard: an NDJSON `loudness` event, or the status line's level.
+    func showLoudness(time: Double, momentary: Double?, shortTerm: Double?) {
+        lock.lock()
+        defer { lock.unlock() }
+        level = momentary
+        guard json else { return }
+        var object: [String: JSONValue] = ["event": .string("loudness"), "time": .number(time)]
+        object["momentary"] = momentary.map(JSONValue.number) ?? .null
+        object["shortTerm"] = shortTerm.map(JSONValue.number) ?? .null
+        emitLine(object)
+    }
+
     /// Redraws the status line (on a terminal), moving the predicted position with the clock.
     func tick() {
         lock.lock()
@@ -267,6 +311,7 @@ final class ListenDisplay: @unchecked Sendable {
         } else {
             text = "listening… " + formatDuration(elapsed)
         }
+        if let level { text += String(format: "  [%.0f LUFS]", level) }
         text = truncate(text, max(10, ProgressBar.terminalWidth() - 1))
         writeStderr("\r" + text + "\u{1B}[K")
         statusVisible = true

@@ -104,6 +104,19 @@ struct ListenTests {
         #expect(out.stderrText.contains("listened"), "\(out)")
     }
 
+    @Test("--loudness streams momentary and short-term loudness every second")
+    func loudness() async throws {
+        let f = try await CLIFixture.shared.value()
+        let clip = try f.clip("pingus-4", at: 30, seconds: 8)
+        let out = try EarmarkCLI.run(["listen", "--catalog", f.catalog, "--input", clip.path, "--fast", "--json", "--loudness"])
+        #expect(out.status == 0, "\(out)")
+        let levels = try events(out).filter { $0["event"] as? String == "loudness" }
+        #expect(levels.count == 8, "\(out)")
+        #expect(levels.allSatisfy { number($0, "momentary") > -40 && number($0, "momentary") < 0 }, "\(levels)")
+        // Short-term loudness needs 3 s of audio.
+        #expect(levels.first?["shortTerm"] is NSNull && number(levels[3], "shortTerm") > -40, "\(levels)")
+    }
+
     @Test("non-catalog music and real speech: no match, --once exits 1")
     func noMatch() async throws {
         let f = try await CLIFixture.shared.value()
