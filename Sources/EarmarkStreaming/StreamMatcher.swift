@@ -26,13 +26,14 @@ public struct StreamingOptions: Sendable, Equatable {
     /// When the backlog is full: true drops the oldest audio (live input must not wait), false makes
     /// ``StreamingSession/append(_:)`` wait for room (replaying a file as fast as it decodes). Default true.
     public var dropsWhenBehind = true
-    /// Decision rules of each attempt: file matching's, but 15 aligned hashes for the hash bonus and no skew
+    /// Decision rules of each attempt: file matching's, but at least 10 aligned hashes, 15 for the hash bonus, and no skew
     /// search for a match that covers only part of the window (the skew grid is spread over attempts).
     public var match: MatchOptions = {
         var m = MatchOptions.default
         m.skewWhenPartial = false
-        // An attempt every second meets thousands of chances an hour; the hash bonus asks for more
-        // aligned hashes than a single clip does.
+        // An attempt every second meets thousands of chances an hour: a stream asks for more aligned
+        // hashes than a single clip does, both to match at all and for the hash bonus.
+        m.minimumHits = 10
         m.supportingHits = 15
         return m
     }()

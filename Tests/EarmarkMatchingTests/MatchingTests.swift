@@ -15,13 +15,8 @@ struct MatchingFixture: Sendable {
     let ids: [String: Int64]
 
     static let shared = Shared<MatchingFixture> {
-        let audio = try TestAudio.set()
-        let folder = try TemporaryDirectory("matching")
-        let path = folder.path("reference.earcat")
-        let tracks = try await Fixtures.index(audio.reference, into: path)
-        var ids: [String: Int64] = [:]
-        for (url, t) in zip(audio.reference, tracks) { ids[url.deletingPathExtension().lastPathComponent] = t.id }
-        return MatchingFixture(folder: folder, catalogPath: path, audio: audio, ids: ids)
+        let r = try await ReferenceCatalog.shared.value()
+        return MatchingFixture(folder: r.folder, catalogPath: r.path, audio: r.audio, ids: r.ids)
     }
 
     func match(_ signature: Signature) throws -> MatchResult {

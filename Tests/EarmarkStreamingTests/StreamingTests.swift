@@ -14,13 +14,8 @@ struct StreamingFixture: Sendable {
     let ids: [String: Int64]
 
     static let shared = Shared<StreamingFixture> {
-        let audio = try TestAudio.set()
-        let folder = try TemporaryDirectory("streaming")
-        let path = folder.path("reference.earcat")
-        let tracks = try await Fixtures.index(audio.reference, into: path)
-        var ids: [String: Int64] = [:]
-        for (url, t) in zip(audio.reference, tracks) { ids[url.deletingPathExtension().lastPathComponent] = t.id }
-        return StreamingFixture(folder: folder, catalogPath: path, audio: audio, ids: ids)
+        let r = try await ReferenceCatalog.shared.value()
+        return StreamingFixture(folder: r.folder, catalogPath: r.path, audio: r.audio, ids: r.ids)
     }
 
     func core(options: StreamingOptions = .default, clock: (any SessionClock)? = nil) throws -> StreamMatcher {

@@ -92,3 +92,22 @@ public enum Fixtures {
         return tracks
     }
 }
+
+/// One catalog of all the real reference tracks, built once per test process and shared read-only.
+public struct ReferenceCatalog: Sendable {
+    public let folder: TemporaryDirectory
+    public let path: String
+    public let audio: TestAudioSet
+    /// Track ids by file stem.
+    public let ids: [String: Int64]
+
+    public static let shared = Shared<ReferenceCatalog> {
+        let audio = try TestAudio.set()
+        let folder = try TemporaryDirectory("reference-catalog")
+        let path = folder.path("reference.earcat")
+        let tracks = try await Fixtures.index(audio.reference, into: path)
+        var ids: [String: Int64] = [:]
+        for (url, t) in zip(audio.reference, tracks) { ids[url.deletingPathExtension().lastPathComponent] = t.id }
+        return ReferenceCatalog(folder: folder, path: path, audio: audio, ids: ids)
+    }
+}
