@@ -16,8 +16,8 @@ public struct StreamingOptions: Sendable, Equatable {
     public var skewTrialsPerAttempt = 4
     /// A match at least this significant (``Match/significance``) is reported at once; a weaker one
     /// (above ``MatchOptions/minimumSignificance``) only when the next attempt finds the same track at
-    /// the same position. Default 10.
-    public var immediateSignificance: Double = 10
+    /// the same position. Default 12.
+    public var immediateSignificance: Double = 12
     /// A matched track counts as gone after this many seconds of audio without it. Default 6.
     public var lostAfter: Double = 6
     /// At most this many seconds of audio wait to be processed; when matching falls behind, the

@@ -76,6 +76,20 @@ struct ListenTests {
         #expect(last["event"] as? String == "end" && last["reason"] as? String == "duration", "\(last)")
     }
 
+    @Test("Ctrl-C (SIGINT) ends listening cleanly: exit 0 and a last event saying so")
+    func interrupt() async throws {
+        let f = try await CLIFixture.shared.value()
+        let pulse = try await PulseDaemon.shared.value()
+        let listen = try EarmarkCLI.start(["listen", "--catalog", f.catalog, "--json"], environment: pulse.environment)
+        // Interrupted after a few seconds of listening to silence, from a process of its own (not an await).
+        let interrupter = try RunningProcess("/bin/sh", ["-c", "sleep 3; kill -INT \"$0\"", String(listen.pid)])
+        _ = try await interrupter.finished(timeout: 30)
+        let out = try await listen.finished(timeout: 30)
+        #expect(out.status == 0, "\(out)")
+        let last = try #require(try events(out).last, "\(out)")
+        #expect(last["event"] as? String == "end" && last["reason"] as? String == "interrupted", "\(last)")
+    }
+
     @Test("WAV on standard input, paced or not, gives the same two matches with their offsets")
     func standardInput() async throws {
         let f = try await CLIFixture.shared.value()

@@ -239,6 +239,9 @@ public final class RunningProcess: @unchecked Sendable {
         for c in w { c.resume() }
     }
 
+    /// The process id.
+    public var pid: Int32 { process.processIdentifier }
+
     /// Sends a signal (SIGINT, SIGTERM, …) to the process.
     public func signal(_ sig: Int32) { kill(process.processIdentifier, sig) }
 
