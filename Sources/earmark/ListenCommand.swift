@@ -15,28 +15,35 @@ struct ListenCommand: AsyncParsableCommand {
         terminal shows its current position, moving with the clock.
 
         Inputs:
-          (default)       the default input device; --device NAME picks another source
-                          (names: `pactl list short sources`; also $EARMARK_DEVICE)
-          --input -       WAV on standard input: ffmpeg -i URL -f wav - | earmark listen --input -
-                          (raw PCM with --raw s16le|s24le|s32le|f32le --rate HZ --channels N)
-          --input FILE    any audio file, played at real-time pace (--fast: as fast as it decodes)
+          (default)      the default input device
+          --device NAME  another source (`pactl list short sources`;
+                         also $EARMARK_DEVICE)
+          --input -      WAV on standard input, e.g.
+                         ffmpeg -i URL -f wav - | earmark listen --input -
+                         (raw PCM: --raw s16le|s24le|s32le|f32le
+                         --rate HZ --channels N)
+          --input FILE   any audio file at real-time pace (--fast: as fast
+                         as it decodes)
 
         Text output: one line per event on standard output, e.g.
           0:03  match: Title — Artist  at 1:23.45, confidence 0.99
-        and a summary when listening ends (end of input, --duration, or Ctrl-C).
+        and a summary when listening ends (end of input, --duration, Ctrl-C).
 
-        --json: one JSON object per line (NDJSON), flushed at once. Every object has "event" and \
-        "time" (seconds of input heard so far):
-          match          track {id, title, artist, album, metadata, …}, matchOffset (seconds into the \
-        track at streamTime), streamTime, predictedCurrentMatchOffset (the track position at "time"), \
-        confidence, score, significance, frequencySkew, timeScale, alternativeOffsets
-          noMatch        previousTrack (id of the track that stopped matching, or null)
+        --json: one JSON object per line (NDJSON), flushed at once. Every \
+        object has "event" and "time" (seconds of input heard so far):
+          match          track, matchOffset (seconds into the track at
+                         streamTime), streamTime, predictedCurrentMatchOffset
+                         (the track position at "time"), confidence, score,
+                         significance, frequencySkew, timeScale,
+                         alternativeOffsets
+          noMatch        previousTrack (the id that stopped matching, or null)
           discontinuity  gap (seconds the input's timestamps jumped)
-          dropped        seconds (audio thrown away because matching fell behind)
+          dropped        seconds (audio dropped: matching fell behind)
           error          message
-          loudness       (with --loudness, every second) momentary, shortTerm: LUFS, or null in silence
-          end            (last) matches (how many match events), dropped (seconds), reason ("input \
-        ended", "duration", "interrupted", "matched", "error")
+          loudness       with --loudness, every second: momentary, shortTerm
+                         (LUFS; null in silence)
+          end            last: matches (count), dropped (seconds), reason
+                         (input ended, duration, interrupted, matched, error)
 
         Exit codes:
           0  listening ended normally; with --once: a track was matched
