@@ -7,6 +7,8 @@ public final class MultichannelFileReader: AudioSource {
     public let path: String
     public let sampleRate: Double
     public let channels: Int
+    /// Which decoder serves the file.
+    public var decoder: AudioFileReader.Decoder { sndfile != nil ? .libsndfile : .ffmpeg }
     private let sndfile: SndFileSource?
     private let ffmpeg: FFmpegSource?
 

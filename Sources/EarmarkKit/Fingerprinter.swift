@@ -14,14 +14,17 @@ public struct FingerprintedFile: Sendable {
     public var contentHash: String
     /// The decoder that read the audio; nil for a signature file.
     public var decoder: AudioFileReader.Decoder?
+    /// EBU R 128 loudness of the file, when asked for (measured on its own channels and rate).
+    public var loudness: LoudnessResult? = nil
 }
 
 /// Decodes audio files into signatures in one streaming pass.
 public enum Fingerprinter {
     /// Reads `path` (any supported format) and returns its signature and content digest.
     /// Files whose name ends in `.earsig` are read as signature files instead (no digest).
+    /// With `loudness`, the same single decoding pass also measures the file's loudness (``LoudnessMeter``).
     public static func fingerprint(path: String, configuration: SignatureConfiguration = .current,
-                                   digest: Bool = true) throws -> FingerprintedFile {
+                                   digest: Bool = true, loudness: Bool = false) throws -> FingerprintedFile {
         if path.lowercased().hasSuffix(".earsig") {
             let data: Data
             do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
@@ -30,6 +33,7 @@ public enum Fingerprinter {
             let sig = try Signature(dataRepresentation: data)
             return FingerprintedFile(path: path, signature: sig, contentHash: "", decoder: nil)
         }
+        if loudness { return try fingerprintMeasuringLoudness(path: path, configuration: configuration, digest: digest) }
         let reader = try AudioFileReader(path: path)
         let generator = SignatureGenerator(configuration: configuration)
         var hasher = AudioDigest()
@@ -39,6 +43,43 @@ public enum Fingerprinter {
         }
         return FingerprintedFile(path: path, signature: generator.signature(),
                                  contentHash: digest ? hasher.finalizeHex() : "", decoder: reader.decoder)
+    }
+}
+
+extension Fingerprinter {
+    /// One pass over the file's own channels: the loudness meter takes them as they are, the fingerprint
+    /// their average converted to 44.1 kHz (as ``AudioFileReader`` does).
+    static func fingerprintMeasuringLoudness(path: String, configuration: SignatureConfiguration,
+                                             digest: Bool) throws -> FingerprintedFile {
+        let reader = try MultichannelFileReader(path: path)
+        let meter = try LoudnessMeter(sampleRate: reader.sampleRate, channels: reader.channels)
+        let resampler = try Resampler(inputRate: reader.sampleRate)
+        let generator = SignatureGenerator(configuration: configuration)
+        var hasher = AudioDigest()
+        var frames = 0
+        func feed(_ mono: [Float]) throws {
+            guard !mono.isEmpty else { return }
+            try generator.append(mono)
+            if digest { hasher.update(mono) }
+        }
+        while let buffer = try reader.next() {
+            meter.append(buffer.samples)
+            frames += buffer.frameCount
+            let n = buffer.channels
+            var mono = buffer.samples
+            if n > 1 {
+                mono = (0..<buffer.frameCount).map { f in
+                    var sum: Float = 0
+                    for c in 0..<n { sum += buffer.samples[f * n + c] }
+                    return sum / Float(n)
+                }
+            }
+            try feed(resampler.process(mono))
+        }
+        guard frames > 0 else { throw AudioError(.empty, "no audio samples in file", path: path) }
+        try feed(resampler.flush())
+        return FingerprintedFile(path: path, signature: generator.signature(), contentHash: digest ? hasher.finalizeHex() : "",
+                                 decoder: reader.decoder, loudness: meter.result())
     }
 }
 

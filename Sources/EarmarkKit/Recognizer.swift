@@ -21,6 +21,14 @@ public final class Recognizer {
         return try matcher.match(f.signature)
     }
 
+    /// Decodes `path` once, matches it and measures its loudness (nil for a signature file).
+    public func matchMeasuringLoudness(path: String) throws -> (result: MatchResult, loudness: LoudnessResult?) {
+        let isSignature = path.lowercased().hasSuffix(".earsig")
+        let f = try Fingerprinter.fingerprint(path: path, configuration: matcher.configuration, digest: false,
+                                              loudness: !isSignature)
+        return (try matcher.match(f.signature), f.loudness)
+    }
+
     /// Matches a signature made elsewhere.
     public func match(_ signature: Signature) throws -> MatchResult {
         try matcher.match(signature)

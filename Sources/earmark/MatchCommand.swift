@@ -25,7 +25,8 @@ struct MatchCommand: AsyncParsableCommand {
         --json: for one clip, one object {path, matches: [{track, matchOffset, confidence, score, \
         significance, runnerUpScore, frequencySkew, timeScale, alternativeOffsets, queryStart, \
         queryEnd, referenceStart, referenceEnd, …}], \
-        queryDuration, queryLandmarks, candidateHits, error}; for several clips, a JSON array of \
+        queryDuration, queryLandmarks, candidateHits, loudness (the clip's EBU R 128 loudness, as \
+        `earmark analyze` prints it; null for .earsig files), error}; for several clips, a JSON array of \
         those objects in argument order (a clip that failed has empty matches, null numbers and \
         its message in error; error is null otherwise).
 
@@ -64,8 +65,8 @@ struct MatchCommand: AsyncParsableCommand {
             for clip in clips {
                 let report: ClipReport
                 do {
-                    let result = try recognizer.match(path: clip)
-                    report = ClipReport(path: clip, result: result)
+                    let (result, loudness) = try recognizer.matchMeasuringLoudness(path: clip)
+                    report = ClipReport(path: clip, result: result, loudness: loudness)
                     if result.matches.isEmpty { unmatched += 1 }
                 } catch let error as CatalogError {
                     throw error   // the catalog, not the clip, is at fault: stop
@@ -96,10 +97,13 @@ struct ClipReport: Encodable {
     var queryDuration: Double?
     var queryLandmarks: Int?
     var candidateHits: Int?
+    /// EBU R 128 loudness of the clip (audio clips only).
+    var loudness: LoudnessResult?
     var error: String?
 
-    init(path: String, result: MatchResult) {
+    init(path: String, result: MatchResult, loudness: LoudnessResult? = nil) {
         self.path = path
+        self.loudness = loudness
         matches = result.matches
         queryDuration = result.queryDuration
         queryLandmarks = result.queryLandmarks
@@ -111,7 +115,7 @@ struct ClipReport: Encodable {
         self.error = error
     }
 
-    enum CodingKeys: String, CodingKey { case path, matches, queryDuration, queryLandmarks, candidateHits, error }
+    enum CodingKeys: String, CodingKey { case path, matches, queryDuration, queryLandmarks, candidateHits, loudness, error }
 
     func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
@@ -120,12 +124,14 @@ struct ClipReport: Encodable {
         try c.encode(queryDuration, forKey: .queryDuration)   // null when absent
         try c.encode(queryLandmarks, forKey: .queryLandmarks)
         try c.encode(candidateHits, forKey: .candidateHits)
+        try c.encode(loudness, forKey: .loudness)
         try c.encode(error, forKey: .error)
     }
 
     var humanText: String {
-        guard let first = matches.first else { return "\(path): no match" }
-        var lines = ["\(path): \(ClipReport.describe(first))"]
+        let level = loudness?.integrated.map { String(format: " (clip %.1f LUFS)", $0) } ?? ""
+        guard let first = matches.first else { return "\(path): no match" + level }
+        var lines = ["\(path): \(ClipReport.describe(first))" + level]
         for m in matches.dropFirst() { lines.append("    also: \(ClipReport.describe(m))") }
         return lines.joined(separator: "\n")
     }

@@ -176,3 +176,30 @@ struct ListenTests {
         }
     }
 }
+
+@Suite("earmark match: attached analysis")
+struct MatchAnalysisTests {
+    @Test("match --json carries the clip's loudness, as analyze measures it; a signature file has none")
+    func clipLoudness() async throws {
+        let f = try await CLIFixture.shared.value()
+        let clip = try f.clip("sorcerer", at: 20, seconds: 10)
+        let matched = try EarmarkCLI.run(["match", "--catalog", f.catalog, "--json", clip.path])
+        #expect(matched.status == 0, "\(matched)")
+        let report = try #require(try json(matched) as? [String: Any])
+        let loudness = try #require(report["loudness"] as? [String: Any], "\(matched)")
+        let analyzed = try EarmarkCLI.run(["analyze", "--json", clip.path])
+        let reference = try #require((try json(analyzed) as? [String: Any])?["loudness"] as? [String: Any])
+        let a = try #require(loudness["integrated"] as? Double), b = try #require(reference["integrated"] as? Double)
+        #expect(abs(a - b) < 0.001 && a < -5 && a > -40, "\(a) vs \(b)")
+        #expect(matched.stdoutText.contains("\"momentary\""))
+        let text = try EarmarkCLI.run(["match", "--catalog", f.catalog, clip.path])
+        #expect(text.stdoutText.contains("LUFS)"), "\(text)")
+
+        let sig = f.dir.file("clip-\(UUID().uuidString.prefix(6)).earsig")
+        let made = try EarmarkCLI.run(["signature", clip.path, "-o", sig.path])
+        #expect(made.status == 0, "\(made)")
+        let fromSignature = try EarmarkCLI.run(["match", "--catalog", f.catalog, "--json", sig.path])
+        let sigReport = try #require(try json(fromSignature) as? [String: Any])
+        #expect(sigReport["loudness"] is NSNull, "\(fromSignature)")
+    }
+}
