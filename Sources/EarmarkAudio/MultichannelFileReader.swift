@@ -12,7 +12,7 @@ public final class MultichannelFileReader: AudioSource {
     private let sndfile: SndFileSource?
     private let ffmpeg: FFmpegSource?
 
-    public init(path: String, chunkFrames: Int = 16_384) throws {
+    public init(path: String, chunkFrames: Int = 32_768) throws {
         self.path = path
         let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? -1
         guard size != -1 else { throw AudioError(.unreadable, "no such file", path: path) }

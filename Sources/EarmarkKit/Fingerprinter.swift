@@ -48,11 +48,20 @@ public enum Fingerprinter {
 
 extension Fingerprinter {
     /// One pass over the file's own channels: the loudness meter takes them as they are, the fingerprint
-    /// their average converted to 44.1 kHz (as ``AudioFileReader`` does).
+    /// their average converted to 44.1 kHz, exactly as ``AudioFileReader`` makes it (same chunks, same
+    /// downmix), so signatures and digests do not depend on whether loudness was measured.
     static func fingerprintMeasuringLoudness(path: String, configuration: SignatureConfiguration,
                                              digest: Bool) throws -> FingerprintedFile {
         let reader = try MultichannelFileReader(path: path)
         let meter = try LoudnessMeter(sampleRate: reader.sampleRate, channels: reader.channels)
+        if reader.decoder == .ffmpeg {
+            // ffmpeg's own mono downmix made every fingerprint of such files so far; keep it, and measure
+            // loudness from the stereo stream in a second pass.
+            var f = try fingerprint(path: path, configuration: configuration, digest: digest)
+            while let buffer = try reader.next() { meter.append(buffer.samples) }
+            f.loudness = meter.result()
+            return f
+        }
         let resampler = try Resampler(inputRate: reader.sampleRate)
         let generator = SignatureGenerator(configuration: configuration)
         var hasher = AudioDigest()
