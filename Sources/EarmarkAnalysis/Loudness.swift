@@ -156,3 +156,40 @@ public final class LoudnessMeter {
         return meter.result()
     }
 }
+
+/// The loudness a catalog keeps per track (analysis kind "loudness", version 1): the summary values
+/// and the short-term loudness once a second, compact enough to store for every track.
+public struct LoudnessSummary: Sendable, Codable, Equatable {
+    public static let kind = "loudness"
+    public static let version = 1
+    public var integrated: Double?
+    public var range: Double?
+    public var truePeak: Double?
+    public var samplePeak: Double?
+    public var maximumMomentary: Double?
+    public var maximumShortTerm: Double?
+    /// Short-term (3-s) loudness of the 3 s ending at 3, 4, 5, … s, to 0.1 LU; null in silence.
+    public var shortTermPerSecond: [Double?]
+    public var duration: Double
+
+    public init(_ r: LoudnessResult) {
+        func round1(_ x: Double?) -> Double? { x.map { ($0 * 10).rounded() / 10 } }
+        func round2(_ x: Double?) -> Double? { x.map { ($0 * 100).rounded() / 100 } }
+        integrated = round2(r.integrated)
+        range = round2(r.range)
+        truePeak = round2(r.truePeak)
+        samplePeak = round2(r.samplePeak)
+        maximumMomentary = round2(r.maximumMomentary)
+        maximumShortTerm = round2(r.maximumShortTerm)
+        duration = r.duration
+        var perSecond: [Double?] = []
+        var byEnd: [Int: Double] = [:]
+        for v in r.shortTerm { byEnd[Int((v.end * 10).rounded())] = v.value }
+        var t = 30
+        while Double(t) / 10 <= r.duration + 1e-9 {
+            perSecond.append(round1(byEnd[t]))
+            t += 10
+        }
+        shortTermPerSecond = perSecond
+    }
+}

@@ -13,7 +13,7 @@ import Foundation
 /// may use one file: readers never block, writers wait for the lock up to `busyTimeout`.
 public final class Catalog {
     /// The schema version this build writes; older catalogs are migrated when opened for writing.
-    public static let schemaVersion = 1
+    public static let schemaVersion = 2
     /// `PRAGMA application_id` of Earmark catalogs ("ERMK").
     static let applicationID: Int32 = 0x4552_4D4B
     static let lowBits: UInt32 = 3
@@ -21,6 +21,8 @@ public final class Catalog {
     public let path: String
     public let configuration: SignatureConfiguration
     private let db: SQLiteConnection
+    /// Schema version of the file as opened (an older catalog opened read-only is not migrated).
+    private var schemaOnDisk = Catalog.schemaVersion
     private let busyTimeout: Double
     private var lookupStatement: SQLiteStatement?
 
@@ -82,9 +84,10 @@ public final class Catalog {
         }
         if !readOnly { try enableWAL() }
         if version < Catalog.schemaVersion {
-            guard !readOnly else { throw CatalogError(.versionMismatch, "catalog schema \(version) needs migrating; open it for writing once", path: path) }
-            try migrate(from: version)
+            // Later migrations only add optional tables, so an older catalog can still be read as it is.
+            if !readOnly { try migrate(from: version) }
         }
+        schemaOnDisk = readOnly ? version : Catalog.schemaVersion
         try setPragmas()
         let sigVersion = try info("signature_version").flatMap(Int.init) ?? -1
         guard sigVersion == Int(configuration.version) else {
@@ -133,6 +136,12 @@ public final class Catalog {
             CREATE INDEX tracks_source ON tracks(source_path);
             CREATE TABLE postings(bucket INTEGER PRIMARY KEY, data BLOB NOT NULL);
             CREATE TABLE track_peaks(track_id INTEGER PRIMARY KEY, data BLOB NOT NULL);
+            """),
+            (2, """
+            CREATE TABLE track_analysis(
+              track_id INTEGER NOT NULL, kind TEXT NOT NULL, version INTEGER NOT NULL,
+              data TEXT NOT NULL CHECK (json_valid(data)),
+              PRIMARY KEY (track_id, kind)) WITHOUT ROWID;
             """),
         ]
         try setPragmas()
@@ -235,9 +244,9 @@ public final class Catalog {
         case duplicate(Track)
     }
 
-    /// Adds a track, its reference landmarks and its peak constellation (used to verify candidate
-    /// matches) in one transaction. Identical audio (same content hash) is a no-op that returns the existing track.
-    public func add(_ new: NewTrack, landmarks: [Landmark], peaks: [Peak]) throws -> AddResult {
+    /// Adds a track, its reference landmarks, its peak constellation (used to verify candidate
+    /// matches) and its analysis results in one transaction. Identical audio (same content hash) is a no-op that returns the existing track.
+    public func add(_ new: NewTrack, landmarks: [Landmark], peaks: [Peak], analyses: [TrackAnalysis] = []) throws -> AddResult {
         let metaJSON = String(decoding: try JSONEncoder().encode(new.metadata), as: UTF8.self)
         return try db.writeTransaction {
             if let existing = try track(contentHash: new.contentHash) { return .duplicate(existing) }
@@ -265,6 +274,7 @@ public final class Catalog {
             pk.bind(1, id)
             Catalog.encodePeaks(peaks, configuration: configuration).withUnsafeBytes { pk.bind(2, blob: $0) }
             try pk.run()
+            for a in analyses { try storeAnalysis(a, trackID: id) }
             guard let t = try track(id: id) else { throw CatalogError(.ioError, "track vanished", path: path) }
             return .added(t)
         }
@@ -359,13 +369,47 @@ public final class Catalog {
             }
             let d = try db.prepare("DELETE FROM tracks WHERE id = ?1")
             let dp = try db.prepare("DELETE FROM track_peaks WHERE track_id = ?1")
+            let da = try db.prepare("DELETE FROM track_analysis WHERE track_id = ?1")
             for id in doomed {
                 d.bind(1, id)
                 try d.run()
                 dp.bind(1, id)
                 try dp.run()
+                da.bind(1, id)
+                try da.run()
             }
         }
+    }
+
+    // MARK: Analysis
+
+    private func storeAnalysis(_ a: TrackAnalysis, trackID: Int64) throws {
+        let s = try db.prepare("INSERT OR REPLACE INTO track_analysis(track_id, kind, version, data) VALUES (?1, ?2, ?3, ?4)")
+        s.bind(1, trackID)
+        s.bind(2, a.kind)
+        s.bind(3, Int64(a.version))
+        s.bind(4, String(decoding: a.json, as: UTF8.self))
+        try s.run()
+    }
+
+    /// Stores (or replaces) one analysis result of a track.
+    public func setAnalysis(_ a: TrackAnalysis, trackID: Int64) throws {
+        try db.writeTransaction {
+            guard try track(id: trackID) != nil else { throw CatalogError(.noSuchTrack, "no track \(trackID)", path: path) }
+            try storeAnalysis(a, trackID: trackID)
+        }
+    }
+
+    /// The analysis results stored for a track, by kind (empty for a catalog made before they existed).
+    public func analyses(trackID: Int64) throws -> [TrackAnalysis] {
+        guard schemaOnDisk >= 2 else { return [] }
+        let s = try db.prepare("SELECT kind, version, data FROM track_analysis WHERE track_id = ?1 ORDER BY kind")
+        s.bind(1, trackID)
+        var out: [TrackAnalysis] = []
+        while try s.step() {
+            out.append(TrackAnalysis(kind: s.string(0) ?? "", version: Int(s.int64(1)), json: Data((s.string(2) ?? "null").utf8)))
+        }
+        return out
     }
 
     // MARK: Lookup

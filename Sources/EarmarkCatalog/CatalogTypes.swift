@@ -118,3 +118,16 @@ public struct CatalogStats: Sendable, Codable, Equatable {
     /// File bytes per hour of indexed audio.
     public var bytesPerHour: Double
 }
+
+/// One stored analysis result of a track: a kind ("loudness", …), the version of the analysis that made
+/// it, and its JSON (the shape the analysis documents).
+public struct TrackAnalysis: Sendable, Equatable {
+    public var kind: String
+    public var version: Int
+    public var json: Data
+    public init(kind: String, version: Int, json: Data) {
+        self.kind = kind
+        self.version = version
+        self.json = json
+    }
+}

@@ -44,11 +44,16 @@ public struct Ingestor: Sendable {
     public var workers: Int
     /// Seconds to wait for another process's write lock.
     public var busyTimeout: Double
+    /// Whether each file's music metadata (so far: loudness) is measured in the same decoding pass and
+    /// stored with the track. Default true.
+    public var analyze: Bool
 
-    public init(catalogPath: String, workers: Int = ProcessInfo.processInfo.activeProcessorCount, busyTimeout: Double = 30) {
+    public init(catalogPath: String, workers: Int = ProcessInfo.processInfo.activeProcessorCount, busyTimeout: Double = 30,
+                analyze: Bool = true) {
         self.catalogPath = catalogPath
         self.workers = max(1, workers)
         self.busyTimeout = busyTimeout
+        self.analyze = analyze
     }
 
     /// Adds `files` (already expanded). `describe` supplies per-file fields; missing titles default to the file name.
@@ -86,9 +91,10 @@ public struct Ingestor: Sendable {
                 let index = pending[next]
                 next += 1
                 let path = files[index]
+                let analyze = self.analyze
                 group.addTask {
                     do {
-                        let f = try Fingerprinter.fingerprint(path: path, configuration: configuration)
+                        let f = try Fingerprinter.fingerprint(path: path, configuration: configuration, loudness: analyze)
                         if f.signature.duration < 1 {
                             throw SignatureError(.signatureDurationInvalid, "too short to index (\(f.signature.duration) s)")
                         }
@@ -136,7 +142,14 @@ public struct Ingestor: Sendable {
             let new = NewTrack(title: d.title, artist: d.artist, album: d.album, metadata: d.metadata,
                                duration: file.signature.duration, sourcePath: abs, sourceSize: stamp?.0,
                                sourceModified: stamp?.1, contentHash: file.contentHash)
-            switch try catalog.add(new, landmarks: landmarks, peaks: file.signature.peaks) {
+            var analyses: [TrackAnalysis] = []
+            if let l = file.loudness {
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.sortedKeys]
+                analyses.append(TrackAnalysis(kind: LoudnessSummary.kind, version: LoudnessSummary.version,
+                                              json: try encoder.encode(LoudnessSummary(l))))
+            }
+            switch try catalog.add(new, landmarks: landmarks, peaks: file.signature.peaks, analyses: analyses) {
             case .added(let t):
                 return IngestOutcome(path: path, status: .added, track: t, error: nil, audioSeconds: file.signature.duration)
             case .duplicate(let t):

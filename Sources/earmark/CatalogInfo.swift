@@ -1,11 +1,12 @@
 import ArgumentParser
+import Foundation
 import EarmarkKit
 
 struct CatalogInfoCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "info",
         abstract: "Show everything stored about one track.",
-        discussion: "With --json: the track object. Exit code 2 when there is no track with that id."
+        discussion: "With --json: the track object, with \"analysis\": {\"loudness\": {integrated, range, truePeak, samplePeak, maximumMomentary, maximumShortTerm, shortTermPerSecond, duration}} when it was measured. Exit code 2 when there is no track with that id."
     )
 
     @OptionGroup var options: GlobalOptions
@@ -21,10 +22,23 @@ struct CatalogInfoCommand: AsyncParsableCommand {
             guard let track = try catalog.track(id: id) else {
                 throw CatalogError(.noSuchTrack, "no track with id \(id)", path: catalog.path)
             }
+            let analyses = try catalog.analyses(trackID: id)
             if options.json {
-                try printJSON(track)
+                // The track object, plus "analysis": {kind: result} (each in its documented shape).
+                var object = try JSONSerialization.jsonObject(with: JSONEncoder().encode(track)) as? [String: Any] ?? [:]
+                var analysis: [String: Any] = [:]
+                for a in analyses { analysis[a.kind] = try JSONSerialization.jsonObject(with: a.json) }
+                object["analysis"] = analysis
+                let data = try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
+                print(String(decoding: data, as: UTF8.self))
             } else {
                 printTrack(track)
+                for a in analyses where a.kind == LoudnessSummary.kind {
+                    guard let l = try? JSONDecoder().decode(LoudnessSummary.self, from: a.json) else { continue }
+                    func v(_ x: Double?, _ unit: String) -> String { x.map { String(format: "%.1f %@", $0, unit) } ?? "—" }
+                    print(pad("loudness:", 11) + " " + v(l.integrated, "LUFS") + " integrated, range " + v(l.range, "LU")
+                          + ", true peak " + v(l.truePeak, "dBTP") + ", loudest 3 s " + v(l.maximumShortTerm, "LUFS"))
+                }
             }
         }
     }

@@ -203,3 +203,54 @@ struct MatchAnalysisTests {
         #expect(sigReport["loudness"] is NSNull, "\(fromSignature)")
     }
 }
+
+@Suite("earmark catalog: stored analysis")
+struct StoredAnalysisTests {
+    @Test("catalog add stores each track's loudness (info shows it); remove deletes it; --no-analysis skips it")
+    func storedLoudness() async throws {
+        let audio = try TestAudio.set()
+        let dir = try TemporaryDirectory("analysis")
+        let catalog = dir.path("a.earcat")
+        let track = try audio.reference("pingus-6")
+        let add = try EarmarkCLI.run(["catalog", "add", "--catalog", catalog, track.path])
+        #expect(add.status == 0, "\(add)")
+        let info = try EarmarkCLI.run(["catalog", "info", "1", "--catalog", catalog, "--json"])
+        let object = try #require(try json(info) as? [String: Any], "\(info)")
+        let stored = try #require((object["analysis"] as? [String: Any])?["loudness"] as? [String: Any], "\(info)")
+        let analyzed = try #require((try json(try EarmarkCLI.run(["analyze", "--json", track.path])) as? [String: Any])?["loudness"] as? [String: Any])
+        #expect(abs(number(stored, "integrated") - number(analyzed, "integrated")) < 0.01)
+        let perSecond = try #require(stored["shortTermPerSecond"] as? [Any])
+        #expect(abs(Double(perSecond.count) - (number(analyzed, "duration") - 2)) <= 1, "\(perSecond.count)")
+        let text = try EarmarkCLI.run(["catalog", "info", "1", "--catalog", catalog])
+        #expect(text.stdoutText.contains("loudness:") && text.stdoutText.contains("LUFS integrated"), "\(text)")
+
+        #expect(try Run.sqlite(catalog, "SELECT count(*) FROM track_analysis").trimmingCharacters(in: .whitespacesAndNewlines) == "1")
+        let removed = try EarmarkCLI.run(["catalog", "remove", "1", "--catalog", catalog])
+        #expect(removed.status == 0, "\(removed)")
+        #expect(try Run.sqlite(catalog, "SELECT count(*) FROM track_analysis").trimmingCharacters(in: .whitespacesAndNewlines) == "0")
+
+        let plain = dir.path("plain.earcat")
+        #expect(try EarmarkCLI.run(["catalog", "add", "--no-analysis", "--catalog", plain, track.path]).status == 0)
+        let bare = try #require(try json(try EarmarkCLI.run(["catalog", "info", "1", "--catalog", plain, "--json"])) as? [String: Any])
+        #expect((bare["analysis"] as? [String: Any])?.isEmpty == true)
+    }
+
+    @Test("a catalog from before stored analysis (schema 1) is read as it is, and migrated by the next write")
+    func schemaOneCatalog() async throws {
+        let audio = try TestAudio.set()
+        let dir = try TemporaryDirectory("schema1")
+        let catalog = dir.path("old.earcat")
+        #expect(try EarmarkCLI.run(["catalog", "add", "--catalog", catalog, try audio.reference("sorcerer").path]).status == 0)
+        _ = try Run.sqlite(catalog, "DROP TABLE track_analysis; PRAGMA user_version = 1;")
+        let clip = dir.file("clip.wav")
+        try Fixtures.cut(try audio.reference("sorcerer"), start: 20, seconds: 8, to: clip)
+        let matched = try EarmarkCLI.run(["match", "--catalog", catalog, clip.path])
+        #expect(matched.status == 0, "\(matched)")
+        let info = try #require(try json(try EarmarkCLI.run(["catalog", "info", "1", "--catalog", catalog, "--json"])) as? [String: Any])
+        #expect((info["analysis"] as? [String: Any])?.isEmpty == true)
+        #expect(try Run.sqlite(catalog, "PRAGMA user_version").trimmingCharacters(in: .whitespacesAndNewlines) == "1")
+        let updated = try EarmarkCLI.run(["catalog", "update", "1", "--title", "Sorcerer", "--catalog", catalog])
+        #expect(updated.status == 0, "\(updated)")
+        #expect(try Run.sqlite(catalog, "PRAGMA user_version").trimmingCharacters(in: .whitespacesAndNewlines) == "2")
+    }
+}
