@@ -206,13 +206,13 @@ struct MatchAnalysisTests {
 
 @Suite("earmark catalog: stored analysis")
 struct StoredAnalysisTests {
-    @Test("catalog add stores each track's loudness (info shows it); remove deletes it; --no-analysis skips it")
+    @Test("catalog add --analyze stores each track's loudness (info shows it); remove deletes it; without it nothing is stored")
     func storedLoudness() async throws {
         let audio = try TestAudio.set()
         let dir = try TemporaryDirectory("analysis")
         let catalog = dir.path("a.earcat")
         let track = try audio.reference("pingus-6")
-        let add = try EarmarkCLI.run(["catalog", "add", "--catalog", catalog, track.path])
+        let add = try EarmarkCLI.run(["catalog", "add", "--analyze", "--catalog", catalog, track.path])
         #expect(add.status == 0, "\(add)")
         let info = try EarmarkCLI.run(["catalog", "info", "1", "--catalog", catalog, "--json"])
         let object = try #require(try json(info) as? [String: Any], "\(info)")
@@ -230,7 +230,7 @@ struct StoredAnalysisTests {
         #expect(try Run.sqlite(catalog, "SELECT count(*) FROM track_analysis").trimmingCharacters(in: .whitespacesAndNewlines) == "0")
 
         let plain = dir.path("plain.earcat")
-        #expect(try EarmarkCLI.run(["catalog", "add", "--no-analysis", "--catalog", plain, track.path]).status == 0)
+        #expect(try EarmarkCLI.run(["catalog", "add", "--catalog", plain, track.path]).status == 0)
         let bare = try #require(try json(try EarmarkCLI.run(["catalog", "info", "1", "--catalog", plain, "--json"])) as? [String: Any])
         #expect((bare["analysis"] as? [String: Any])?.isEmpty == true)
     }
