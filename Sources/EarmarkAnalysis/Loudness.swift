@@ -150,7 +150,11 @@ public final class LoudnessMeter {
 
     /// Measures a whole file (its own rate and channels).
     public static func measure(path: String) throws -> LoudnessResult {
-        let reader = try MultichannelFileReader(path: path)
+        try measure(reading: MultichannelFileReader(path: path))
+    }
+
+    /// Measures what is left of an open reader.
+    public static func measure(reading reader: MultichannelFileReader) throws -> LoudnessResult {
         let meter = try LoudnessMeter(sampleRate: reader.sampleRate, channels: reader.channels)
         while let b = try reader.next() { meter.append(b.samples) }
         return meter.result()

@@ -155,20 +155,9 @@ final class SndFileSource: PCMSource {
 
     func readMono() throws -> [Float]? {
         guard let frames = try readFrames() else { return nil }
-        if channels == 1 { return Array(interleaved[0..<frames]) }
-        var mono = [Float](repeating: 0, count: frames)
-        let scale = 1 / Float(channels)
-        interleaved.withUnsafeBufferPointer { src in
-            mono.withUnsafeMutableBufferPointer { dst in
-                for i in 0..<frames {
-                    var s: Float = 0
-                    let base = i * channels
-                    for c in 0..<channels { s += src[base + c] }
-                    dst[i] = s * scale
-                }
-            }
+        return interleaved.withUnsafeBufferPointer {
+            downmixToMono(UnsafeBufferPointer(rebasing: $0[0..<(frames * channels)]), channels: channels)
         }
-        return mono
     }
 
     /// The next chunk with all channels, interleaved, at the file's own rate.

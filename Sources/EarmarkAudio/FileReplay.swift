@@ -17,7 +17,7 @@ public final class FileReplay: AudioSource {
     public func next() throws -> PCMBuffer? {
         guard let chunk = try reader.next() else { return nil }
         if realTime {
-            let now = FileReplay.monotonic()
+            let now = monotonicSeconds()
             if start == nil { start = now }
             // Release each buffer when its last sample would have been heard.
             let due = start! + delivered + Double(chunk.count) / AudioConstants.sampleRate
@@ -26,10 +26,11 @@ public final class FileReplay: AudioSource {
         delivered += Double(chunk.count) / AudioConstants.sampleRate
         return PCMBuffer(samples: chunk, sampleRate: AudioConstants.sampleRate, channels: 1)
     }
+}
 
-    static func monotonic() -> Double {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Double(ts.tv_sec) + Double(ts.tv_nsec) * 1e-9
-    }
+/// Seconds on the system's monotonic clock (unaffected by changes to the wall-clock time).
+public func monotonicSeconds() -> Double {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return Double(ts.tv_sec) + Double(ts.tv_nsec) * 1e-9
 }

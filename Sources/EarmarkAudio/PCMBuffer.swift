@@ -26,3 +26,26 @@ public protocol AudioSource {
 }
 
 extension PCMStreamReader: AudioSource {}
+
+/// The average of each frame's channels: how every decoder in Earmark folds audio to mono, so that
+/// signatures and digests do not depend on which reader made them.
+public func downmixToMono(_ interleaved: UnsafeBufferPointer<Float>, channels: Int) -> [Float] {
+    if channels == 1 { return Array(interleaved) }
+    let frames = interleaved.count / channels
+    let scale = 1 / Float(channels)
+    return [Float](unsafeUninitializedCapacity: frames) { out, count in
+        for f in 0..<frames {
+            var sum: Float = 0
+            for c in 0..<channels { sum += interleaved[f * channels + c] }
+            out[f] = sum * scale
+        }
+        count = frames
+    }
+}
+
+extension PCMBuffer {
+    /// The buffer's frames folded to mono (see ``downmixToMono(_:channels:)``).
+    public var mono: [Float] {
+        samples.withUnsafeBufferPointer { downmixToMono(UnsafeBufferPointer(rebasing: $0[0..<(frameCount * channels)]), channels: channels) }
+    }
+}

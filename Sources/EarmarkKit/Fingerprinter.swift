@@ -14,7 +14,7 @@ public struct FingerprintedFile: Sendable {
     public var contentHash: String
     /// The decoder that read the audio; nil for a signature file.
     public var decoder: AudioFileReader.Decoder?
-    /// EBU R 128 loudness of the file, when asked for (measured on its own channels and rate).
+    /// EBU R 128 loudness of the file, when asked for (measured on its own channels and rate); nil for a signature file.
     public var loudness: LoudnessResult? = nil
 }
 
@@ -53,15 +53,14 @@ extension Fingerprinter {
     static func fingerprintMeasuringLoudness(path: String, configuration: SignatureConfiguration,
                                              digest: Bool) throws -> FingerprintedFile {
         let reader = try MultichannelFileReader(path: path)
-        let meter = try LoudnessMeter(sampleRate: reader.sampleRate, channels: reader.channels)
         if reader.decoder == .ffmpeg {
             // ffmpeg's own mono downmix made every fingerprint of such files so far; keep it, and measure
             // loudness from the stereo stream in a second pass.
             var f = try fingerprint(path: path, configuration: configuration, digest: digest)
-            while let buffer = try reader.next() { meter.append(buffer.samples) }
-            f.loudness = meter.result()
+            f.loudness = try LoudnessMeter.measure(reading: reader)
             return f
         }
+        let meter = try LoudnessMeter(sampleRate: reader.sampleRate, channels: reader.channels)
         let resampler = try Resampler(inputRate: reader.sampleRate)
         let generator = SignatureGenerator(configuration: configuration)
         var hasher = AudioDigest()
@@ -74,16 +73,7 @@ extension Fingerprinter {
         while let buffer = try reader.next() {
             meter.append(buffer.samples)
             frames += buffer.frameCount
-            let n = buffer.channels
-            var mono = buffer.samples
-            if n > 1 {
-                mono = (0..<buffer.frameCount).map { f in
-                    var sum: Float = 0
-                    for c in 0..<n { sum += buffer.samples[f * n + c] }
-                    return sum / Float(n)
-                }
-            }
-            try feed(resampler.process(mono))
+            try feed(resampler.process(buffer.mono))
         }
         guard frames > 0 else { throw AudioError(.empty, "no audio samples in file", path: path) }
         try feed(resampler.flush())

@@ -23,9 +23,8 @@ public final class Recognizer {
 
     /// Decodes `path` once, matches it and measures its loudness (nil for a signature file).
     public func matchMeasuringLoudness(path: String) throws -> (result: MatchResult, loudness: LoudnessResult?) {
-        let isSignature = path.lowercased().hasSuffix(".earsig")
         let f = try Fingerprinter.fingerprint(path: path, configuration: matcher.configuration, digest: false,
-                                              loudness: !isSignature)
+                                              loudness: true)
         return (try matcher.match(f.signature), f.loudness)
     }
 

@@ -1,3 +1,4 @@
+import EarmarkAudio
 import EarmarkCatalog
 import EarmarkMatching
 import Foundation
@@ -13,11 +14,7 @@ public protocol SessionClock: Sendable {
 /// The system's monotonic clock (unaffected by changes to the wall-clock time).
 public struct MonotonicClock: SessionClock {
     public init() {}
-    public func now() -> Double {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Double(ts.tv_sec) + Double(ts.tv_nsec) * 1e-9
-    }
+    public func now() -> Double { monotonicSeconds() }
 }
 
 /// A clock that moves only when told to; for tests and simulations.
