@@ -220,15 +220,19 @@ public final class Matcher {
         return best
     }
 
-    /// How well `signature` fits track `trackID` when placed `offset` seconds into it, with no skew: the
-    /// peak-verification evidence in decades (−log₁₀ of the chance of so many coinciding peaks), not
-    /// corrected for trials. `skew` undoes a speed or pitch change first. Comparing two placements this
-    /// way tells which fits better.
+    /// How well `signature` fits track `trackID` when placed `offset` seconds into it: the peak-verification
+    /// evidence in decades (−log₁₀ of the chance of so many coinciding peaks), not corrected for trials.
+    /// `skew` undoes a speed or pitch change first. Comparing two placements this way tells which fits better.
     public func evidence(of signature: Signature, trackID: Int64, offset: Double, skew: Skew? = nil) throws -> Double {
         let placed = skew.map { Matcher.unskewed(signature, $0, configuration: configuration) } ?? signature
         let strong = placed.peaks.filter { Int($0.rank) < options.verifyRankLimit }
-        let v = try verify(strong, trackID: trackID, offset: Int((offset / configuration.frameDuration).rounded()))
-        return -Matcher.log10PoissonTail(k: v.matched, lambda: v.expected)
+        return try verifiedEvidence(strong, trackID: trackID, offset: Int((offset / configuration.frameDuration).rounded())).evidence
+    }
+
+    /// ``verify(_:trackID:offset:)`` with its Poisson evidence in decades.
+    private func verifiedEvidence(_ strongQuery: [Peak], trackID: Int64, offset: Int) throws -> (matched: Int, tested: Int, evidence: Double) {
+        let v = try verify(strongQuery, trackID: trackID, offset: offset)
+        return (v.matched, v.tested, -Matcher.log10PoissonTail(k: v.matched, lambda: v.expected))
     }
 
     /// The peaks the reference has where the query has `signature`, if the query is the reference skewed by `skew`.
@@ -287,8 +291,7 @@ public final class Matcher {
         let tracks = try catalog.tracks(ids: considered.map(\.track))
         let strongQuery = signature.peaks.filter { Int($0.rank) < options.verifyRankLimit }
         func check(_ track: Int64, _ offset: Int) throws -> (matched: Int, tested: Int, evidence: Double) {
-            let v = try verify(strongQuery, trackID: track, offset: offset)
-            return (v.matched, v.tested, -Matcher.log10PoissonTail(k: v.matched, lambda: v.expected))
+            try verifiedEvidence(strongQuery, trackID: track, offset: offset)
         }
         var matches: [Match] = []
         for (rank, candidate) in considered.enumerated() {

@@ -74,13 +74,10 @@ public final class StreamMatcher {
 
     private struct Current {
         var track: Int64
-        var streamMatch: StreamMatch
         /// Track position at stream time 0 on the matched line, and its slope.
         var alignment: Double
         var timeScale: Double
         var frequencySkew: Double
-        /// Most aligned hashes any attempt found on this line.
-        var score: Int
         /// Stream time of the end of the newest audio that matched it.
         var lastSeen: Double
         func position(atStream t: Double) -> Double { alignment + timeScale * t }
@@ -144,14 +141,6 @@ public final class StreamMatcher {
             }
         } while i < samples.count
         return events
-    }
-
-    /// Reports that `seconds` of input were thrown away before reaching the matcher; the stream
-    /// continues after the hole.
-    public func skip(seconds: Double) -> [SessionEvent] {
-        guard seconds > 0, !finished else { return [] }
-        let end = generator.duration
-        return [.dropped(at: end, seconds: seconds)] + append([], at: end + seconds - timeShift)
     }
 
     /// Ends the stream: settles the last peaks, makes a last attempt and returns its events, the last of
@@ -220,11 +209,9 @@ public final class StreamMatcher {
 
         let result: MatchResult
         do {
-            try signature.validateForMatching(configuration: configuration)
             result = try matcher.match(signature)
-        } catch let error as SignatureError {
+        } catch is SignatureError {
             // Silence or too little sound in the window: nothing to match, which is not a failure.
-            _ = error
             return noMatch(at: horizon)
         } catch {
             return [.error(at: horizon, message: "\(error)")]
@@ -243,7 +230,6 @@ public final class StreamMatcher {
         if var c = current, c.track == best.track.id {
             if fits.contains(where: { abs(c.position(atStream: horizon) - ($0 - best.timeScale * windowStart + best.timeScale * horizon)) < 1.0 }) {
                 c.lastSeen = max(c.lastSeen, lastSeen)
-                c.score = max(c.score, best.score)
                 current = c
                 return []
             }
@@ -279,8 +265,8 @@ public final class StreamMatcher {
         let predicted = alignment + best.timeScale * generator.duration
         let event = StreamMatch(match: m, streamTime: streamTime, detectedAt: generator.duration,
                                 predictedCurrentMatchOffset: predicted, clockTime: now)
-        current = Current(track: best.track.id, streamMatch: event, alignment: alignment, timeScale: best.timeScale,
-                          frequencySkew: best.frequencySkew, score: best.score, lastSeen: lastSeen)
+        current = Current(track: best.track.id, alignment: alignment, timeScale: best.timeScale,
+                          frequencySkew: best.frequencySkew, lastSeen: lastSeen)
         reportedNoMatch = false
         return [.match(event)]
     }

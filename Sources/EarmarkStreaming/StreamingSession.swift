@@ -22,7 +22,6 @@ public final class StreamingSession: Sendable {
     public let options: StreamingOptions
     private let queue: LockedValue<Queue>
     private let wake = DispatchSemaphore(value: 0)
-    private let done = DispatchSemaphore(value: 0)
     private let go = DispatchSemaphore(value: 0)
     /// Signalled whenever the worker empties the queue (a waiting ``append(_:)`` rechecks for room).
     private let space = DispatchSemaphore(value: 0)
@@ -60,11 +59,10 @@ public final class StreamingSession: Sendable {
         let (stream, continuation) = AsyncStream.makeStream(of: SessionEvent.self, bufferingPolicy: .bufferingNewest(4096))
         events = stream
         let core = Transfer(StreamMatcher(matcher: matcher, options: options, clock: clock))
-        let thread = Thread { [queue, wake, done, go, failure, space] in
+        let thread = Thread { [queue, wake, go, failure, space] in
             go.wait()
             StreamingSession.work(core.take(), queue: queue, wake: wake, space: space, failure: failure,
                                   continuation: continuation)
-            done.signal()
         }
         thread.name = "earmark-stream"
         thread.start()
@@ -142,12 +140,6 @@ public final class StreamingSession: Sendable {
         thread.start()
     }
 
-    /// Waits (blocking) until the worker has ended after ``finish()``.
-    public func waitUntilFinished() {
-        done.wait()
-        done.signal()
-    }
-
     private static func work(_ core: StreamMatcher, queue: LockedValue<Queue>, wake: DispatchSemaphore,
                              space: DispatchSemaphore, failure: LockedValue<String?>, continuation: AsyncStream<SessionEvent>.Continuation) {
         var converter: (rate: Double, resampler: Resampler)?
@@ -164,14 +156,12 @@ public final class StreamingSession: Sendable {
             if dropped > 0 { emit([.dropped(at: core.streamDuration, seconds: dropped)]) }
             for (buffer, arrival) in batch {
                 let time = buffer.time ?? expected ?? 0
-                if abs(time - (expected ?? 0)) > 0.005 {
-                    // A gap (or a jump back): the resampler's tail belongs before it.
+                let gap = abs(time - (expected ?? 0)) > 0.005
+                if gap || converter?.rate != buffer.sampleRate {
+                    // A gap (or a jump back) or a new rate: the resampler's tail belongs before it.
                     if let c = converter { emit(core.append(c.resampler.flush(), clockTime: arrival)) }
                     converter = nil
-                    pendingGap = time
-                }
-                if converter?.rate != buffer.sampleRate {
-                    if let c = converter { emit(core.append(c.resampler.flush(), clockTime: arrival)) }
+                    if gap { pendingGap = time }
                     do {
                         converter = (buffer.sampleRate, try Resampler(inputRate: buffer.sampleRate))
                     } catch {
@@ -180,8 +170,7 @@ public final class StreamingSession: Sendable {
                     }
                 }
                 expected = time + buffer.duration
-                let mono = downmix(buffer)
-                let converted = converter!.resampler.process(mono)
+                let converted = converter!.resampler.process(buffer.mono)
                 emit(core.append(converted, at: pendingGap, clockTime: arrival))
                 pendingGap = nil
             }
@@ -196,22 +185,6 @@ public final class StreamingSession: Sendable {
                 return
             }
         }
-    }
-
-    private static func downmix(_ buffer: PCMBuffer) -> [Float] {
-        let n = buffer.channels
-        if n == 1 { return buffer.samples }
-        let frames = buffer.frameCount
-        var out = [Float](repeating: 0, count: frames)
-        let scale = 1 / Float(n)
-        buffer.samples.withUnsafeBufferPointer { s in
-            for f in 0..<frames {
-                var sum: Float = 0
-                for c in 0..<n { sum += s[f * n + c] }
-                out[f] = sum * scale
-            }
-        }
-        return out
     }
 }
 
