@@ -75,10 +75,9 @@ struct AnalysisReport: Encodable {
 
     var humanText: String {
         guard let l = loudness else { return "\(path): \(error ?? "no result")" }
-        func v(_ x: Double?, _ unit: String) -> String { x.map { String(format: "%.1f %@", $0, unit) } ?? "–" }
         return "\(path): \(formatDuration(l.duration)), \(l.channels) ch, \(Int(l.sampleRate)) Hz\n"
-            + "  loudness \(v(l.integrated, "LUFS")) integrated, range \(v(l.range, "LU")), true peak \(v(l.truePeak, "dBTP")), "
-            + "sample peak \(v(l.samplePeak, "dBFS"))\n"
-            + "  loudest 400 ms \(v(l.maximumMomentary, "LUFS")), loudest 3 s \(v(l.maximumShortTerm, "LUFS"))"
+            + "  loudness \(formatLevel(l.integrated, "LUFS")) integrated, range \(formatLevel(l.range, "LU")), true peak \(formatLevel(l.truePeak, "dBTP")), "
+            + "sample peak \(formatLevel(l.samplePeak, "dBFS"))\n"
+            + "  loudest 400 ms \(formatLevel(l.maximumMomentary, "LUFS")), loudest 3 s \(formatLevel(l.maximumShortTerm, "LUFS"))"
     }
 }

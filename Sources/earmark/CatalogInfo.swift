@@ -35,9 +35,8 @@ struct CatalogInfoCommand: AsyncParsableCommand {
                 printTrack(track)
                 for a in analyses where a.kind == LoudnessSummary.kind {
                     guard let l = try? JSONDecoder().decode(LoudnessSummary.self, from: a.json) else { continue }
-                    func v(_ x: Double?, _ unit: String) -> String { x.map { String(format: "%.1f %@", $0, unit) } ?? "—" }
-                    print(pad("loudness:", 11) + " " + v(l.integrated, "LUFS") + " integrated, range " + v(l.range, "LU")
-                          + ", true peak " + v(l.truePeak, "dBTP") + ", loudest 3 s " + v(l.maximumShortTerm, "LUFS"))
+                    print(pad("loudness:", 11) + " " + formatLevel(l.integrated, "LUFS") + " integrated, range " + formatLevel(l.range, "LU")
+                          + ", true peak " + formatLevel(l.truePeak, "dBTP") + ", loudest 3 s " + formatLevel(l.maximumShortTerm, "LUFS"))
                 }
             }
         }

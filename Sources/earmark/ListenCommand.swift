@@ -136,13 +136,9 @@ struct ListenCommand: AsyncParsableCommand {
         let display = ListenDisplay(json: options.json, live: !options.json && stderrIsTerminal)
         var input: any AudioSource = record.map { RecordingSource(source, recordingTo: $0) } ?? source
         if loudness { input = LoudnessTap(input) { display.showLoudness(time: $0, momentary: $1, shortTerm: $2) } }
-        let session: StreamingSession
-        do {
-            session = try StreamingSession(catalogPath: options.catalogPath, options: streaming,
-                                           clock: realTime ? MonotonicClock() : nil, busyTimeout: options.lockTimeout)
-        } catch {
-            writeStderr("earmark: error: \(describe(error))\n")
-            throw ExitCode(2)
+        let session = try await reportingErrors {
+            try StreamingSession(catalogPath: options.catalogPath, options: streaming,
+                                 clock: realTime ? MonotonicClock() : nil, busyTimeout: options.lockTimeout)
         }
 
         let stop = LockedFlag()
@@ -248,7 +244,7 @@ final class ListenDisplay: @unchecked Sendable {
         }
         if case .ended = event { return }   // `end(reason:)` reports it, with the reason
         if json {
-            emitJSON(event)
+            emitLine(event)
             return
         }
         let stamp = formatDuration(event.time) + "  "
@@ -294,8 +290,9 @@ final class ListenDisplay: @unchecked Sendable {
         defer { lock.unlock() }
         clearStatus()
         if json {
-            emitLine(["event": .string("end"), "time": .number(heard), "reason": .string(reason),
-                      "matches": .number(Double(matches.count)), "dropped": .number(dropped)])
+            let end: [String: JSONValue] = ["event": .string("end"), "time": .number(heard), "reason": .string(reason),
+                                            "matches": .number(Double(matches.count)), "dropped": .number(dropped)]
+            emitLine(end)
             return
         }
         var text = "listened \(formatDuration(heard)) (\(reason)): "
@@ -330,21 +327,14 @@ final class ListenDisplay: @unchecked Sendable {
     }
 
     static func describe(_ m: Match, at position: Double) -> String {
-        let speed = abs(m.frequencySkew) >= 0.002 ? String(format: ", speed %+.1f %%", m.frequencySkew * 100) : ""
-        return "\(trackLabel(m.track))  at \(formatOffset(position))" + String(format: ", confidence %.2f", m.confidence) + speed
+        "\(trackLabel(m.track))  at \(formatOffset(position))" + String(format: ", confidence %.2f", m.confidence) + speedSuffix(m)
     }
 
-    private func emitJSON(_ event: SessionEvent) {
+    /// One NDJSON line on standard output, written at once.
+    private func emitLine<T: Encodable>(_ value: T) {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        guard let data = try? encoder.encode(event) else { return }
-        FileHandle.standardOutput.write(data + Data("\n".utf8))
-    }
-
-    private func emitLine(_ object: [String: JSONValue]) {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        guard let data = try? encoder.encode(object) else { return }
+        guard let data = try? encoder.encode(value) else { return }
         FileHandle.standardOutput.write(data + Data("\n".utf8))
     }
 }

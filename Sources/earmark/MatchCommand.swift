@@ -137,10 +137,8 @@ struct ClipReport: Encodable {
     }
 
     static func describe(_ m: Match) -> String {
-        // A skew under 0.2 % is measurement noise for a clip played at its own speed.
-        let speed = abs(m.frequencySkew) >= 0.002 ? String(format: ", speed %+.1f %%", m.frequencySkew * 100) : ""
-        return "\(trackLabel(m.track))  at \(formatOffset(m.matchOffset))"
+        "\(trackLabel(m.track))  at \(formatOffset(m.matchOffset))"
             + String(format: " (offset %.2f s), confidence %.2f, score %d (runner-up %d), clip %.1f–%.1f s",
-                     m.matchOffset, m.confidence, m.score, m.runnerUpScore, m.queryStart, m.queryEnd) + speed
+                     m.matchOffset, m.confidence, m.score, m.runnerUpScore, m.queryStart, m.queryEnd) + speedSuffix(m)
     }
 }

@@ -101,6 +101,17 @@ func trackLabel(_ track: Track) -> String {
     return label
 }
 
+/// `, speed +3.0 %` for a match played faster or slower than its reference; empty under 0.2 %, which
+/// is measurement noise for a clip played at its own speed.
+func speedSuffix(_ m: Match) -> String {
+    abs(m.frequencySkew) >= 0.002 ? String(format: ", speed %+.1f %%", m.frequencySkew * 100) : ""
+}
+
+/// A level such as `-23.0 LUFS`, or `—` when there is none (silence).
+func formatLevel(_ value: Double?, _ unit: String) -> String {
+    value.map { String(format: "%.1f %@", $0, unit) } ?? "—"
+}
+
 /// A metadata value as text: strings as they are, everything else as compact JSON.
 func formatJSONValue(_ value: JSONValue) -> String {
     if case .string(let s) = value { return s }
