@@ -6,21 +6,12 @@ import EarmarkTestSupport
 import Foundation
 import Testing
 
-/// One catalog of the real reference tracks, built once for the whole suite.
-struct MatchingFixture: Sendable {
-    let folder: TemporaryDirectory
-    let catalogPath: String
-    let audio: TestAudioSet
-    /// Track ids by file stem.
-    let ids: [String: Int64]
+/// The shared catalog of the real reference tracks, with what these tests do with it.
+typealias MatchingFixture = ReferenceCatalog
 
-    static let shared = Shared<MatchingFixture> {
-        let r = try await ReferenceCatalog.shared.value()
-        return MatchingFixture(folder: r.folder, catalogPath: r.path, audio: r.audio, ids: r.ids)
-    }
-
+extension ReferenceCatalog {
     func match(_ signature: Signature) throws -> MatchResult {
-        let catalog = try Catalog(path: catalogPath, readOnly: true)
+        let catalog = try Catalog(path: path, readOnly: true)
         return try Matcher(catalog: catalog).match(signature)
     }
 
@@ -174,7 +165,7 @@ struct SpeedChangeTests {
         try Run.sox([cut.path, fast.path, "speed", "1.05", "rate", "44100"])
         var options = MatchOptions.default
         options.skewTrials = []
-        let catalog = try Catalog(path: f.catalogPath, readOnly: true)
+        let catalog = try Catalog(path: f.path, readOnly: true)
         let result = try Matcher(catalog: catalog, options: options).match(SignatureGenerator.signature(of: Fixtures.decode(fast)))
         #expect(result.matches.isEmpty)
     }

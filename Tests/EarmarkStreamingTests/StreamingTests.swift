@@ -6,20 +6,12 @@ import EarmarkTestSupport
 import Foundation
 import Testing
 
-/// A catalog of the real reference tracks and decoded audio to stream, built once for the suite.
-struct StreamingFixture: Sendable {
-    let folder: TemporaryDirectory
-    let catalogPath: String
-    let audio: TestAudioSet
-    let ids: [String: Int64]
+/// The shared catalog of the real reference tracks, with what these tests stream from it.
+typealias StreamingFixture = ReferenceCatalog
 
-    static let shared = Shared<StreamingFixture> {
-        let r = try await ReferenceCatalog.shared.value()
-        return StreamingFixture(folder: r.folder, catalogPath: r.path, audio: r.audio, ids: r.ids)
-    }
-
+extension ReferenceCatalog {
     func core(options: StreamingOptions = .default, clock: (any SessionClock)? = nil) throws -> StreamMatcher {
-        StreamMatcher(matcher: Matcher(catalog: try Catalog(path: catalogPath, readOnly: true)),
+        StreamMatcher(matcher: Matcher(catalog: try Catalog(path: path, readOnly: true)),
                       options: options, clock: clock)
     }
 
@@ -200,7 +192,7 @@ struct StreamingSessionTests {
                      "trim", "15", "10"])
         let data = try Data(contentsOf: raw)
         let samples = data.withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
-        let session = try StreamingSession(catalogPath: f.catalogPath, clock: nil)
+        let session = try StreamingSession(catalogPath: f.path, clock: nil)
         var i = 0
         while i < samples.count {
             let n = min(samples.count - i, 2 * 4800)
@@ -220,7 +212,7 @@ struct StreamingSessionTests {
         let f = try await StreamingFixture.shared.value()
         var options = StreamingOptions()
         options.maximumBacklog = 6
-        let session = try StreamingSession(catalogPath: f.catalogPath, options: options, clock: nil, start: false)
+        let session = try StreamingSession(catalogPath: f.path, options: options, clock: nil, start: false)
         let samples = try f.samples("sorcerer", from: 0, seconds: 30)
         for i in stride(from: 0, to: samples.count, by: 4410) {
             session.append(PCMBuffer(samples: Array(samples[i..<min(samples.count, i + 4410)]), sampleRate: 44_100))

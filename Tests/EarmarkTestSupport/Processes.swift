@@ -193,9 +193,14 @@ public enum EarmarkCLI {
     /// exist, so a test can never touch the user's real catalog by accident.
     public static func run(_ arguments: [String], environment: [String: String?] = [:], stdin: Data? = nil,
                            timeout: Double = 180) throws -> ProcessOutput {
+        try Run.process(try executable(), arguments, environment: safeEnvironment(environment), stdin: stdin, timeout: timeout)
+    }
+
+    /// `extra` on top of a default catalog path that does not exist.
+    static func safeEnvironment(_ extra: [String: String?]) -> [String: String?] {
         var env: [String: String?] = ["EARMARK_CATALOG": TestPaths.scratchRoot.appendingPathComponent("no-default-catalog.earcat").path]
-        for (k, v) in environment { env[k] = v }
-        return try Run.process(try executable(), arguments, environment: env, stdin: stdin, timeout: timeout)
+        for (k, v) in extra { env[k] = v }
+        return env
     }
 }
 
@@ -271,8 +276,6 @@ public final class RunningProcess: @unchecked Sendable {
 extension EarmarkCLI {
     /// Starts `earmark ARGS` without waiting (same environment rules as ``run(_:environment:timeout:)``).
     public static func start(_ arguments: [String], environment: [String: String?] = [:]) throws -> RunningProcess {
-        var env: [String: String?] = ["EARMARK_CATALOG": TestPaths.scratchRoot.appendingPathComponent("no-default-catalog.earcat").path]
-        for (k, v) in environment { env[k] = v }
-        return try RunningProcess(try executable(), arguments, environment: env)
+        try RunningProcess(try executable(), arguments, environment: safeEnvironment(environment))
     }
 }

@@ -14,7 +14,8 @@ public struct PulseDaemon: Sendable {
     private static func start() throws -> PulseDaemon {
         let dir = TestPaths.scratchRoot.appendingPathComponent("pulse-\(getpid())").path
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        let env: [String: String?] = ["PULSE_RUNTIME_PATH": dir, "PULSE_SERVER": nil]
+        let daemon = PulseDaemon(runtimePath: dir)
+        let env = daemon.environment
         // As root PulseAudio warns that it is meant for per-user use; that is harmless here.
         try Run.checked("pulseaudio", [
             "--daemonize=yes", "--exit-idle-time=-1", "-n", "--use-pid-file=yes",
@@ -36,6 +37,6 @@ public struct PulseDaemon: Sendable {
         }
         try Run.checked("pactl", ["set-default-source", "virt_mic"], environment: env, timeout: 10)
         try Run.checked("pactl", ["set-default-sink", "virt_out"], environment: env, timeout: 10)
-        return PulseDaemon(runtimePath: dir)
+        return daemon
     }
 }
