@@ -2,7 +2,7 @@
 import PackageDescription
 
 // Pipeline: C shims ← EarmarkAudio (+ EarmarkCapture: microphones), EarmarkDSP ← EarmarkSignature ← EarmarkCatalog ← EarmarkMatching
-// ← EarmarkStreaming (live sessions) ← EarmarkKit ← earmark (CLI). Every C library comes from Debian through a system-library target.
+// ← EarmarkStreaming (live sessions); EarmarkAnalysis (music metadata), EarmarkClassification (sound classes) ← EarmarkKit ← earmark (CLI). Every C library comes from Debian through a system-library target.
 let package = Package(
     name: "Earmark",
     platforms: [.macOS(.v14)],
@@ -22,6 +22,7 @@ let package = Package(
         // the headers are in /usr/include and the modulemap names the libraries.
         .systemLibrary(name: "CPulseSimple", providers: [.apt(["libpulse-dev"])]),
         .systemLibrary(name: "CEBUR128", pkgConfig: "libebur128", providers: [.apt(["libebur128-dev"])]),
+        .systemLibrary(name: "COpenBLAS", pkgConfig: "openblas", providers: [.apt(["libopenblas-dev"])]),
 
         .target(name: "EarmarkAudio", dependencies: ["CSndFile", "CSoxr"]),
         .target(name: "EarmarkCapture", dependencies: ["CPulseSimple", "EarmarkAudio"]),
@@ -31,8 +32,10 @@ let package = Package(
         .target(name: "EarmarkMatching", dependencies: ["EarmarkSignature", "EarmarkCatalog"]),
         .target(name: "EarmarkStreaming", dependencies: ["EarmarkAudio", "EarmarkMatching"]),
         .target(name: "EarmarkAnalysis", dependencies: ["CEBUR128", "EarmarkAudio"]),
+        .target(name: "EarmarkClassification", dependencies: ["COpenBLAS", "EarmarkAudio", "EarmarkDSP"]),
         .target(name: "EarmarkKit", dependencies: [
             "EarmarkAudio", "EarmarkSignature", "EarmarkCatalog", "EarmarkMatching", "EarmarkStreaming", "EarmarkAnalysis",
+            "EarmarkClassification",
         ]),
         .executableTarget(name: "earmark", dependencies: [
             "EarmarkKit", "EarmarkCapture", .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -47,6 +50,7 @@ let package = Package(
         .testTarget(name: "EarmarkCatalogTests", dependencies: ["EarmarkCatalog", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkMatchingTests", dependencies: ["EarmarkMatching", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkAnalysisTests", dependencies: ["EarmarkAnalysis", "EarmarkTestSupport"]),
+        .testTarget(name: "EarmarkClassificationTests", dependencies: ["EarmarkClassification", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkStreamingTests", dependencies: ["EarmarkStreaming", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkKitTests", dependencies: ["EarmarkKit", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkCLITests", dependencies: ["EarmarkTestSupport"]),

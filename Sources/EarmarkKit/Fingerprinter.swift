@@ -1,3 +1,4 @@
+@_exported import EarmarkClassification
 @_exported import EarmarkAnalysis
 @_exported import EarmarkAudio
 @_exported import EarmarkCatalog

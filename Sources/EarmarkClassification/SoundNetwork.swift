@@ -1,0 +1,273 @@
+import COpenBLAS
+import Foundation
+
+/// Runs a ``SoundModel``'s quantised network on one patch at a time, reproducing onnxruntime's
+/// integer kernels exactly.
+///
+/// Activations are kept as Float values holding the integer `code − zeroPoint`, so the heavy
+/// products run through OpenBLAS's sgemm: every product and partial sum is an integer far below
+/// 2²⁴, which Float represents exactly, so the sums equal the Int32 accumulations of an integer
+/// kernel. Requantisation is then done in Float32 in the file's order (see the README).
+/// An instance owns scratch buffers and is not thread-safe; give each thread its own.
+public final class SoundNetwork {
+    private struct Layer {
+        enum Kind { case conv, pointwise, depthwise, pool, dense }
+        var kind: Kind
+        var inH: Int, inW: Int, inC: Int
+        var outH: Int, outW: Int, outC: Int
+        var kh = 1, kw = 1, sh = 1, sw = 1, padTop = 0, padLeft = 0
+        /// conv: [outC][kh][kw][inC]; pointwise/dense: [outC][inC]; depthwise: [kh][kw][C].
+        var weights: [Float] = []
+        var bias: [Int32]
+        /// Per output channel (a per-tensor multiplier is repeated).
+        var multiplier: [Float]
+        var lower: Float, upper: Float
+        var outputScale: Float
+    }
+
+    public let model: SoundModel
+    private let layers: [Layer]
+    private let embeddingLayer: Int?
+    private var current: [Float]
+    private var next: [Float]
+    private var scratch: [Float]
+    private let inputScale: Float
+    private let inputZeroPoint: Float
+
+    public init(model: SoundModel) {
+        self.model = model
+        let header = model.header
+        var h = header.frontEnd.patchFrames, w = header.frontEnd.melBands, c = 1
+        var layers: [Layer] = []
+        var largest = h * w * c, largestColumns = 0
+        for (i, spec) in header.layers.enumerated() {
+            let shape = model.shapes[i]
+            var multiplier = model.float32s(spec.multiplier)
+            if multiplier.count == 1 { multiplier = Array(repeating: multiplier[0], count: spec.outputChannels) }
+            let zp = Float(spec.outputZeroPoint)
+            var layer = Layer(kind: .pool, inH: h, inW: w, inC: c, outH: shape.h, outW: shape.w, outC: shape.c,
+                              bias: spec.bias.map(model.int32s) ?? Array(repeating: 0, count: spec.outputChannels),
+                              multiplier: multiplier, lower: -zp, upper: 255 - zp, outputScale: Float(spec.outputScale))
+            let raw = spec.weights.map(model.int8s) ?? []
+            switch spec.op {
+            case .conv:
+                let (kh, kw) = (spec.kernel![0], spec.kernel![1])
+                layer.kh = kh; layer.kw = kw
+                layer.sh = spec.stride![0]; layer.sw = spec.stride![1]
+                layer.padTop = spec.pads![0]; layer.padLeft = spec.pads![1]
+                if kh == 1, kw == 1, layer.sh == 1, layer.sw == 1, spec.pads!.allSatisfy({ $0 == 0 }) {
+                    layer.kind = .pointwise
+                    layer.weights = raw.map { Float($0) }
+                } else {
+                    layer.kind = .conv
+                    // OIHW → O·(ky, kx, ci), the order of an im2col row of an HWC map.
+                    var wts = [Float](repeating: 0, count: raw.count)
+                    for o in 0..<spec.outputChannels {
+                        for ci in 0..<c {
+                            for ky in 0..<kh {
+                                for kx in 0..<kw {
+                                    wts[((o * kh + ky) * kw + kx) * c + ci] = Float(raw[((o * c + ci) * kh + ky) * kw + kx])
+                                }
+                            }
+                        }
+                    }
+                    layer.weights = wts
+                    largestColumns = max(largestColumns, shape.h * shape.w * kh * kw * c)
+                }
+            case .depthwise:
+                let (kh, kw) = (spec.kernel![0], spec.kernel![1])
+                layer.kind = .depthwise
+                layer.kh = kh; layer.kw = kw
+                layer.sh = spec.stride![0]; layer.sw = spec.stride![1]
+                layer.padTop = spec.pads![0]; layer.padLeft = spec.pads![1]
+                // [C][ky][kx] → [ky][kx][C], so the innermost loop runs over channels.
+                var wts = [Float](repeating: 0, count: raw.count)
+                for ch in 0..<c {
+                    for k in 0..<(kh * kw) { wts[k * c + ch] = Float(raw[ch * kh * kw + k]) }
+                }
+                layer.weights = wts
+            case .globalAveragePool:
+                layer.kind = .pool
+            case .dense:
+                layer.kind = .dense
+                layer.weights = raw.map { Float($0) }
+            }
+            layers.append(layer)
+            (h, w, c) = shape
+            largest = max(largest, h * w * c)
+        }
+        self.layers = layers
+        embeddingLayer = header.embeddingLayer
+        current = [Float](repeating: 0, count: largest)
+        next = current
+        scratch = [Float](repeating: 0, count: max(largest, largestColumns))
+        inputScale = Float(header.input.scale)
+        inputZeroPoint = Float(header.input.zeroPoint)
+        openblas_set_num_threads(1)
+    }
+
+    /// Quantises a log-mel patch (frames × bands, row = frame) to the network's uint8 input codes.
+    public func quantize(_ patch: UnsafeBufferPointer<Float>, into codes: UnsafeMutableBufferPointer<UInt8>) {
+        for i in 0..<patch.count {
+            let v = (patch[i] / inputScale + inputZeroPoint).rounded(.toNearestOrEven)
+            codes[i] = UInt8(min(max(v, 0), 255))
+        }
+    }
+
+    /// The network's raw output for one patch of uint8 input codes: output codes minus the zero point
+    /// (logits are these times the last layer's scale), and the embedding (dequantised).
+    public func run(codes: UnsafeBufferPointer<UInt8>) -> (logits: [Float], embedding: [Float]) {
+        precondition(codes.count == model.frontEnd.patchFrames * model.frontEnd.melBands, "patch size")
+        for i in 0..<codes.count { current[i] = Float(codes[i]) - inputZeroPoint }
+        var embedding: [Float] = []
+        for (index, layer) in layers.enumerated() {
+            switch layer.kind {
+            case .conv: convolve(layer)
+            case .pointwise: pointwise(layer)
+            case .depthwise: depthwise(layer)
+            case .pool: pool(layer)
+            case .dense: dense(layer)
+            }
+            swap(&current, &next)
+            if index == embeddingLayer {
+                embedding = (0..<(layer.outH * layer.outW * layer.outC)).map { current[$0] * layer.outputScale }
+            }
+        }
+        let last = layers[layers.count - 1]
+        return ((0..<last.outC).map { current[$0] * last.outputScale }, embedding)
+    }
+
+    /// Class scores (the model's output activation over the logits).
+    public func scores(logits: [Float]) -> [Float] {
+        switch model.activation {
+        case "sigmoid": return logits.map { 1 / (1 + expf(-$0)) }
+        case "softmax":
+            let m = logits.max() ?? 0
+            let e = logits.map { expf($0 - m) }
+            let s = e.reduce(0, +)
+            return e.map { $0 / s }
+        default: return logits
+        }
+    }
+
+    /// Requantises `count` accumulators laid out [pixel][channel] in `next`, adding the bias.
+    private func requantize(_ layer: Layer, pixels: Int) {
+        let c = layer.outC
+        next.withUnsafeMutableBufferPointer { out in
+            layer.bias.withUnsafeBufferPointer { bias in
+                layer.multiplier.withUnsafeBufferPointer { m in
+                    for p in 0..<pixels {
+                        let row = p * c
+                        for k in 0..<c {
+                            let acc = Int32(out[row + k]) &+ bias[k]
+                            let v = Float(acc) * m[k]
+                            out[row + k] = min(max(v, layer.lower), layer.upper).rounded(.toNearestOrEven)
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    private func pointwise(_ layer: Layer) {
+        let pixels = layer.inH * layer.inW
+        current.withUnsafeBufferPointer { x in
+            layer.weights.withUnsafeBufferPointer { w in
+                next.withUnsafeMutableBufferPointer { y in
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(pixels), Int32(layer.outC), Int32(layer.inC),
+                                1, x.baseAddress, Int32(layer.inC), w.baseAddress, Int32(layer.inC), 0, y.baseAddress, Int32(layer.outC))
+                }
+            }
+        }
+        requantize(layer, pixels: pixels)
+    }
+
+    private func convolve(_ layer: Layer) {
+        let pixels = layer.outH * layer.outW
+        let k = layer.kh * layer.kw * layer.inC
+        // im2col: one row per output pixel, (ky, kx, ci) order; outside the map is the zero point (0).
+        current.withUnsafeBufferPointer { x in
+            scratch.withUnsafeMutableBufferPointer { col in
+                for oy in 0..<layer.outH {
+                    for ox in 0..<layer.outW {
+                        var j = (oy * layer.outW + ox) * k
+                        for ky in 0..<layer.kh {
+                            let iy = oy * layer.sh - layer.padTop + ky
+                            for kx in 0..<layer.kw {
+                                let ix = ox * layer.sw - layer.padLeft + kx
+                                let inside = iy >= 0 && iy < layer.inH && ix >= 0 && ix < layer.inW
+                                let base = (iy * layer.inW + ix) * layer.inC
+                                for ci in 0..<layer.inC {
+                                    col[j] = inside ? x[base + ci] : 0
+                                    j += 1
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        scratch.withUnsafeBufferPointer { col in
+            layer.weights.withUnsafeBufferPointer { w in
+                next.withUnsafeMutableBufferPointer { y in
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(pixels), Int32(layer.outC), Int32(k),
+                                1, col.baseAddress, Int32(k), w.baseAddress, Int32(k), 0, y.baseAddress, Int32(layer.outC))
+                }
+            }
+        }
+        requantize(layer, pixels: pixels)
+    }
+
+    private func depthwise(_ layer: Layer) {
+        let c = layer.inC
+        current.withUnsafeBufferPointer { x in
+            layer.weights.withUnsafeBufferPointer { w in
+                next.withUnsafeMutableBufferPointer { y in
+                    for oy in 0..<layer.outH {
+                        for ox in 0..<layer.outW {
+                            let out = y.baseAddress! + (oy * layer.outW + ox) * c
+                            for ch in 0..<c { out[ch] = 0 }
+                            for ky in 0..<layer.kh {
+                                let iy = oy * layer.sh - layer.padTop + ky
+                                guard iy >= 0, iy < layer.inH else { continue }
+                                for kx in 0..<layer.kw {
+                                    let ix = ox * layer.sw - layer.padLeft + kx
+                                    guard ix >= 0, ix < layer.inW else { continue }
+                                    let input = x.baseAddress! + (iy * layer.inW + ix) * c
+                                    let filter = w.baseAddress! + (ky * layer.kw + kx) * c
+                                    for ch in 0..<c { out[ch] += input[ch] * filter[ch] }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        requantize(layer, pixels: layer.outH * layer.outW)
+    }
+
+    private func pool(_ layer: Layer) {
+        let pixels = layer.inH * layer.inW, c = layer.inC
+        current.withUnsafeBufferPointer { x in
+            next.withUnsafeMutableBufferPointer { y in
+                for ch in 0..<c { y[ch] = 0 }
+                for p in 0..<pixels {
+                    for ch in 0..<c { y[ch] += x[p * c + ch] }
+                }
+            }
+        }
+        requantize(layer, pixels: 1)
+    }
+
+    private func dense(_ layer: Layer) {
+        current.withUnsafeBufferPointer { x in
+            layer.weights.withUnsafeBufferPointer { w in
+                next.withUnsafeMutableBufferPointer { y in
+                    cblas_sgemv(CblasRowMajor, CblasNoTrans, Int32(layer.outC), Int32(layer.inC), 1, w.baseAddress, Int32(layer.inC),
+                                x.baseAddress, 1, 0, y.baseAddress, 1)
+                }
+            }
+        }
+        requantize(layer, pixels: 1)
+    }
+}

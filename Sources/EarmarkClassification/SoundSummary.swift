@@ -1,0 +1,155 @@
+import Foundation
+
+/// A time range in seconds.
+public struct TimeRange: Codable, Sendable, Equatable {
+    public var start: Double
+    public var end: Double
+    public init(start: Double, end: Double) {
+        self.start = start
+        self.end = end
+    }
+    public var duration: Double { end - start }
+}
+
+/// How much of the audio a label leads.
+public struct LabelShare: Codable, Sendable, Equatable {
+    public var label: String
+    public var identifier: String
+    /// Fraction of windows whose best label this is.
+    public var share: Double
+    /// Mean confidence of the label over those windows.
+    public var meanConfidence: Double
+}
+
+/// What a stretch of audio holds: its dominant labels and where speech is.
+public struct SoundSummary: Codable, Sendable, Equatable {
+    /// Labels leading at least one window, most windows first (at most 5).
+    public var dominant: [LabelShare]
+    /// Time ranges with speech (see ``SpeechActivity``).
+    public var speech: [TimeRange]
+    /// Fraction of the audio inside `speech`.
+    public var speechShare: Double
+    /// Seconds classified.
+    public var duration: Double
+
+    public init(windows: [SoundWindow], duration: Double, speechDetector: SpeechActivity) {
+        var count: [String: (n: Int, sum: Double, label: LabelConfidence)] = [:]
+        for w in windows {
+            guard let top = w.labels.first else { continue }
+            let old = count[top.identifier] ?? (0, 0, top)
+            count[top.identifier] = (old.n + 1, old.sum + top.confidence, top)
+        }
+        let total = Double(max(1, windows.count))
+        dominant = count.sorted { $0.value.n > $1.value.n || ($0.value.n == $1.value.n && $0.key < $1.key) }.prefix(5).map {
+            LabelShare(label: $0.value.label.label, identifier: $0.value.label.identifier,
+                       share: Double($0.value.n) / total, meanConfidence: $0.value.sum / Double($0.value.n))
+        }
+        speech = speechDetector.ranges(windows)
+        self.duration = duration
+        speechShare = duration > 0 ? min(1, speech.reduce(0) { $0 + $1.duration } / duration) : 0
+    }
+}
+
+/// Speech activity from the classifier's speech labels: a window is speech when the best of those
+/// labels' scores reaches `onset`, and stays speech until it falls below `offset` (hysteresis).
+/// Ranges closer than `bridge` seconds are joined and ranges shorter than `minimumDuration` dropped.
+public struct SpeechActivity: Sendable {
+    /// AudioSet ids of YAMNet's speech classes: speech, child speech, conversation, narration, babbling, speech synthesizer.
+    public static let speechIdentifiers = ["/m/09x0r", "/m/0ytgt", "/m/01h8n0", "/m/02qldy", "/m/0261r1", "/m/0brhx"]
+
+    public var onset = 0.5
+    public var offset = 0.35
+    public var bridge = 0.3
+    public var minimumDuration = 0.5
+    let speechIndices: [Int]
+
+    /// Speech labels of `model`: the YAMNet ids, or any label named "speech" (a custom model's).
+    public init(model: SoundModel) {
+        var index: [String: Int] = [:]
+        for (i, l) in model.labels.enumerated() where index[l.mid] == nil { index[l.mid] = i }
+        var speech = SpeechActivity.speechIdentifiers.compactMap { index[$0] }
+        if speech.isEmpty {
+            speech = model.labels.indices.filter { model.labels[$0].name.lowercased() == "speech" }
+        }
+        speechIndices = speech
+    }
+
+    /// Whether the model has any speech label at all.
+    public var isAvailable: Bool { !speechIndices.isEmpty }
+
+    /// The speech score of one window: the best of the speech labels.
+    public func score(_ window: SoundWindow) -> Double {
+        Double(speechIndices.map { window.scores.indices.contains($0) ? window.scores[$0] : 0 }.max() ?? 0)
+    }
+
+    /// Speech ranges over a sequence of windows (in time order).
+    public func ranges(_ windows: [SoundWindow]) -> [TimeRange] {
+        var raw: [TimeRange] = []
+        var open: TimeRange?
+        for w in windows {
+            let s = score(w)
+            if var r = open {
+                if s >= offset {
+                    r.end = w.start + w.duration
+                    open = r
+                } else {
+                    raw.append(r)
+                    open = nil
+                }
+            } else if s >= onset {
+                open = TimeRange(start: w.start, end: w.start + w.duration)
+            }
+        }
+        if let r = open { raw.append(r) }
+        var merged: [TimeRange] = []
+        for r in raw {
+            if var last = merged.last, r.start - last.end <= bridge {
+                last.end = max(last.end, r.end)
+                merged[merged.count - 1] = last
+            } else {
+                merged.append(r)
+            }
+        }
+        return merged.filter { $0.duration >= minimumDuration }
+    }
+}
+
+extension SoundModel {
+    /// File name of the default model.
+    public static let defaultFileName = "yamnet.emodel"
+
+    /// Where the default model is looked for, in order: `$EARMARK_MODEL`; `models/yamnet.emodel` in the
+    /// folder of the executable or any of its parents (a build inside the source tree finds the tree's
+    /// `models/`, where tools/fetch-model.sh puts it); the same in the working directory;
+    /// `$XDG_DATA_HOME/earmark/models/` (else `~/.local/share/earmark/models/`).
+    public static func defaultPathCandidates() -> [String] {
+        let env = ProcessInfo.processInfo.environment
+        if let explicit = env["EARMARK_MODEL"], !explicit.isEmpty { return [explicit] }
+        var out: [String] = []
+        var dir = URL(fileURLWithPath: CommandLine.arguments.first ?? ".").resolvingSymlinksInPath().deletingLastPathComponent()
+        for _ in 0..<6 {
+            out.append(dir.appendingPathComponent("models/\(defaultFileName)").path)
+            dir = dir.deletingLastPathComponent()
+        }
+        out.append(FileManager.default.currentDirectoryPath + "/models/\(defaultFileName)")
+        let data = env["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? ((env["HOME"] ?? NSHomeDirectory()) + "/.local/share")
+        out.append(data + "/earmark/models/\(defaultFileName)")
+        return out
+    }
+
+    /// The first existing default model path (see ``defaultPathCandidates()``), or nil.
+    public static func defaultPath() -> String? {
+        defaultPathCandidates().first { FileManager.default.fileExists(atPath: $0) }
+    }
+
+    /// Loads `path`, or the default model when nil; a missing default names every place it looked.
+    public static func load(path: String?) throws -> SoundModel {
+        if let path { return try SoundModel(path: path) }
+        guard let found = defaultPath() else {
+            let places = defaultPathCandidates()
+            throw SoundModelError(.notFound, "no sound model found (looked in \(places.joined(separator: ", "))); "
+                                  + "run tools/fetch-model.sh to fetch and convert YAMNet, or pass --model")
+        }
+        return try SoundModel(path: found)
+    }
+}
