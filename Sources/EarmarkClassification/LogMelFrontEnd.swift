@@ -11,8 +11,8 @@ public final class LogMelFrontEnd {
     public let spec: FrontEndSpec
     private let fft: FFTPlan
     private let window: [Float]
-    /// [bin][band] weights, bins 0…fftLength/2.
-    private let filterbank: [Float]
+    /// Per band: its first FFT bin and the weights of its bins (a triangle covers a few bins only).
+    private let bands: [(first: Int, weights: [Float])]
     private var pending: [Float] = []
     private var power: [Float]
     /// Frames produced so far.
@@ -26,7 +26,13 @@ public final class LogMelFrontEnd {
         var w = [Float](repeating: 0, count: spec.fftLength)
         for i in 0..<spec.windowLength { w[offset + i] = hann[i] }
         window = w
-        filterbank = LogMelFrontEnd.melFilterbank(spec)
+        let fb = LogMelFrontEnd.melFilterbank(spec)
+        let binCount = spec.fftLength / 2 + 1
+        bands = (0..<spec.melBands).map { m in
+            let used = (0..<binCount).filter { fb[$0 * spec.melBands + m] > 0 }
+            guard let first = used.first, let last = used.last else { return (0, []) }
+            return (first, (first...last).map { fb[$0 * spec.melBands + m] })
+        }
         power = [Float](repeating: 0, count: spec.fftLength / 2 + 1)
     }
 
@@ -52,27 +58,23 @@ public final class LogMelFrontEnd {
     /// flat (frame after frame, `melBands` values each).
     public func append(_ samples: [Float]) -> [Float] {
         pending += samples
-        let n = spec.fftLength, hop = spec.hopLength, bands = spec.melBands, bins = n / 2 + 1
+        let n = spec.fftLength, hop = spec.hopLength, bandCount = spec.melBands, bins = n / 2 + 1
         var out: [Float] = []
         var start = 0
         let offset = Float(spec.logOffset)
-        var mel = [Float](repeating: 0, count: bands)
         while start + n <= pending.count {
             pending.withUnsafeBufferPointer { p in
                 power.withUnsafeMutableBufferPointer { pw in
                     fft.powerSpectrum(frame: p.baseAddress! + start, window: window, bins: 0..<bins, into: pw.baseAddress!)
                 }
             }
-            for m in 0..<bands { mel[m] = 0 }
-            filterbank.withUnsafeBufferPointer { fb in
-                for k in 0..<bins {
-                    let magnitude = power[k].squareRoot()
-                    guard magnitude > 0 else { continue }
-                    let row = k * bands
-                    for m in 0..<bands { mel[m] += fb[row + m] * magnitude }
-                }
+            for k in 0..<bins { power[k] = power[k].squareRoot() }
+            for m in 0..<bandCount {
+                let band = self.bands[m]
+                var sum: Float = 0
+                for (j, w) in band.weights.enumerated() { sum += w * power[band.first + j] }
+                out.append(logf(sum + offset))
             }
-            for m in 0..<bands { out.append(logf(mel[m] + offset)) }
             start += hop
             frameCount += 1
         }

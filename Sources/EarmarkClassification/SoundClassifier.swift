@@ -148,14 +148,26 @@ public final class SoundClassificationStream {
 
     private func windowsReady() -> [SoundWindow] {
         let bands = model.frontEnd.melBands
+        let available = firstFrame + frames.count / bands
+        var ready: [Int] = []
+        while (nextWindow + ready.count) * hopFrames + windowFrames <= available { ready.append(nextWindow + ready.count) }
+        guard !ready.isEmpty else { return [] }
+        var needed: [Int] = []
+        var seen = Set<Int>()
+        for w in ready {
+            for offset in patchOffsets where patchCache[w * hopFrames + offset] == nil && seen.insert(w * hopFrames + offset).inserted {
+                needed.append(w * hopFrames + offset)
+            }
+        }
+        computePatches(needed)
+        let fd = model.frontEnd.frameDuration
         var out: [SoundWindow] = []
-        while true {
-            let start = nextWindow * hopFrames
-            guard start + windowFrames <= firstFrame + frames.count / bands else { break }
+        for w in ready {
+            let start = w * hopFrames
             var scores = [Float](repeating: 0, count: model.labels.count)
             var embedding = [Float](repeating: 0, count: model.embeddingSize)
             for offset in patchOffsets {
-                let p = patch(at: start + offset)
+                let p = patchCache[start + offset]!
                 for i in scores.indices { scores[i] += p.scores[i] }
                 for i in embedding.indices { embedding[i] += p.embedding[i] }
             }
@@ -163,37 +175,48 @@ public final class SoundClassificationStream {
             for i in scores.indices { scores[i] /= n }
             for i in embedding.indices { embedding[i] /= n }
             let top = scores.indices.sorted { scores[$0] > scores[$1] || (scores[$0] == scores[$1] && $0 < $1) }.prefix(options.topK)
-            let fd = model.frontEnd.frameDuration
             out.append(SoundWindow(start: Double(start) * fd, duration: Double(windowFrames) * fd,
                                    labels: top.map { LabelConfidence(label: model.labels[$0].name, identifier: model.labels[$0].mid,
                                                                      confidence: Double(scores[$0])) },
                                    scores: scores, embedding: embedding))
-            nextWindow += 1
-            // Frames and patches before the next window are no longer needed.
-            let keepFrom = nextWindow * hopFrames
-            if keepFrom > firstFrame {
-                let drop = min(keepFrom - firstFrame, frames.count / bands)
-                frames.removeFirst(drop * bands)
-                firstFrame += drop
-            }
-            patchCache = patchCache.filter { $0.key >= keepFrom }
         }
+        nextWindow += ready.count
+        // Frames and patches before the next window are no longer needed.
+        let keepFrom = nextWindow * hopFrames
+        if keepFrom > firstFrame {
+            let drop = min(keepFrom - firstFrame, frames.count / bands)
+            frames.removeFirst(drop * bands)
+            firstFrame += drop
+        }
+        patchCache = patchCache.filter { $0.key >= keepFrom }
         return out
     }
 
-    private func patch(at frame: Int) -> (scores: [Float], embedding: [Float]) {
-        if let cached = patchCache[frame] { return cached }
+    /// Runs the network on the patches starting at `starts`, in batches.
+    private func computePatches(_ starts: [Int]) {
         let bands = model.frontEnd.melBands
-        let from = (frame - firstFrame) * bands
-        frames.withUnsafeBufferPointer { f in
-            codes.withUnsafeMutableBufferPointer { c in
-                network.quantize(UnsafeBufferPointer(rebasing: f[from..<(from + codes.count)]), into: c)
+        let size = model.frontEnd.patchFrames * bands
+        var i = 0
+        while i < starts.count {
+            let batch = Array(starts[i..<min(starts.count, i + network.maximumBatch)])
+            if codes.count < batch.count * size { codes = [UInt8](repeating: 0, count: network.maximumBatch * size) }
+            frames.withUnsafeBufferPointer { f in
+                codes.withUnsafeMutableBufferPointer { c in
+                    for (b, frame) in batch.enumerated() {
+                        let from = (frame - firstFrame) * bands
+                        network.quantize(UnsafeBufferPointer(rebasing: f[from..<(from + size)]),
+                                         into: UnsafeMutableBufferPointer(rebasing: c[(b * size)..<((b + 1) * size)]))
+                    }
+                }
             }
+            let results = codes.withUnsafeBufferPointer {
+                network.run(batch: UnsafeBufferPointer(rebasing: $0[0..<(batch.count * size)]), count: batch.count)
+            }
+            for (b, frame) in batch.enumerated() {
+                patchCache[frame] = (network.scores(logits: results[b].logits), results[b].embedding)
+            }
+            i += batch.count
         }
-        let result = codes.withUnsafeBufferPointer { network.run(codes: $0) }
-        let value = (network.scores(logits: result.logits), result.embedding)
-        patchCache[frame] = value
-        return value
     }
 }
 

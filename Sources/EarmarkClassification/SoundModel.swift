@@ -176,6 +176,12 @@ public struct SoundModel: Sendable {
         labels = header.labels
         activation = header.output.activation
         shapes = try SoundModel.checkShapes(header, blobBytes: blob.count, fileName: fileName)
+        // Inference sums in Float, which is exact for integers below 2²⁴ only.
+        for (i, layer) in header.layers.enumerated() {
+            if let b = layer.bias, int32s(b).contains(where: { abs(Int64($0)) >= 1 << 22 }) {
+                throw SoundModelError(.inconsistent, "\(fileName): layer \(i) has a bias beyond ±2²² (not an int8 network this runtime can run exactly)")
+            }
+        }
     }
 
     /// Dimension of the embedding vector (0 when the model names no embedding layer).

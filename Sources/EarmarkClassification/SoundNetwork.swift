@@ -19,6 +19,8 @@ public final class SoundNetwork {
         /// conv: [outC][kh][kw][inC]; pointwise/dense: [outC][inC]; depthwise: [kh][kw][C].
         var weights: [Float] = []
         var bias: [Int32]
+        /// `bias` as Float (exact: every bias is far below 2²⁴), so requantisation stays in vector registers.
+        var biasF: [Float] = []
         /// Per output channel (a per-tensor multiplier is repeated).
         var multiplier: [Float]
         var lower: Float, upper: Float
@@ -31,11 +33,15 @@ public final class SoundNetwork {
     private var current: [Float]
     private var next: [Float]
     private var scratch: [Float]
+    /// Patches run together: one GEMM per layer for the whole batch amortises OpenBLAS's packing of the weights.
+    public let maximumBatch: Int
+    private let patchSize: Int
     private let inputScale: Float
     private let inputZeroPoint: Float
 
-    public init(model: SoundModel) {
+    public init(model: SoundModel, maximumBatch: Int = 16) {
         self.model = model
+        self.maximumBatch = max(1, maximumBatch)
         let header = model.header
         var h = header.frontEnd.patchFrames, w = header.frontEnd.melBands, c = 1
         var layers: [Layer] = []
@@ -48,6 +54,7 @@ public final class SoundNetwork {
             var layer = Layer(kind: .pool, inH: h, inW: w, inC: c, outH: shape.h, outW: shape.w, outC: shape.c,
                               bias: spec.bias.map(model.int32s) ?? Array(repeating: 0, count: spec.outputChannels),
                               multiplier: multiplier, lower: -zp, upper: 255 - zp, outputScale: Float(spec.outputScale))
+            layer.biasF = layer.bias.map { Float($0) }
             let raw = spec.weights.map(model.int8s) ?? []
             switch spec.op {
             case .conv:
@@ -57,7 +64,12 @@ public final class SoundNetwork {
                 layer.padTop = spec.pads![0]; layer.padLeft = spec.pads![1]
                 if kh == 1, kw == 1, layer.sh == 1, layer.sw == 1, spec.pads!.allSatisfy({ $0 == 0 }) {
                     layer.kind = .pointwise
-                    layer.weights = raw.map { Float($0) }
+                    // [out][in] → [in][out]: X·W with neither operand transposed packs fastest in OpenBLAS.
+                    var wts = [Float](repeating: 0, count: raw.count)
+                    for o in 0..<spec.outputChannels {
+                        for i in 0..<c { wts[i * spec.outputChannels + o] = Float(raw[o * c + i]) }
+                    }
+                    layer.weights = wts
                 } else {
                     layer.kind = .conv
                     // OIHW → O·(ky, kx, ci), the order of an im2col row of an HWC map.
@@ -98,9 +110,11 @@ public final class SoundNetwork {
         }
         self.layers = layers
         embeddingLayer = header.embeddingLayer
-        current = [Float](repeating: 0, count: largest)
+        let batch = max(1, maximumBatch)
+        current = [Float](repeating: 0, count: largest * batch)
         next = current
-        scratch = [Float](repeating: 0, count: max(largest, largestColumns))
+        scratch = [Float](repeating: 0, count: max(largest, largestColumns) * batch)
+        patchSize = header.frontEnd.patchFrames * header.frontEnd.melBands
         inputScale = Float(header.input.scale)
         inputZeroPoint = Float(header.input.zeroPoint)
         openblas_set_num_threads(1)
@@ -114,27 +128,33 @@ public final class SoundNetwork {
         }
     }
 
-    /// The network's raw output for one patch of uint8 input codes: output codes minus the zero point
-    /// (logits are these times the last layer's scale), and the embedding (dequantised).
+    /// The network's raw output for one patch of uint8 input codes: the logits (output codes minus
+    /// the zero point, times the last layer's scale) and the embedding (dequantised).
     public func run(codes: UnsafeBufferPointer<UInt8>) -> (logits: [Float], embedding: [Float]) {
-        precondition(codes.count == model.frontEnd.patchFrames * model.frontEnd.melBands, "patch size")
+        run(batch: codes, count: 1)[0]
+    }
+
+    /// ``run(codes:)`` for `count` patches stored one after the other (at most ``maximumBatch``).
+    public func run(batch codes: UnsafeBufferPointer<UInt8>, count: Int) -> [(logits: [Float], embedding: [Float])] {
+        precondition(count >= 1 && count <= maximumBatch && codes.count == count * patchSize, "patch batch size")
         for i in 0..<codes.count { current[i] = Float(codes[i]) - inputZeroPoint }
-        var embedding: [Float] = []
+        var embeddings: [[Float]] = Array(repeating: [], count: count)
         for (index, layer) in layers.enumerated() {
             switch layer.kind {
-            case .conv: convolve(layer)
-            case .pointwise: pointwise(layer)
-            case .depthwise: depthwise(layer)
-            case .pool: pool(layer)
-            case .dense: dense(layer)
+            case .conv: convolve(layer, count)
+            case .pointwise: pointwise(layer, count)
+            case .depthwise: depthwise(layer, count)
+            case .pool: pool(layer, count)
+            case .dense: dense(layer, count)
             }
             swap(&current, &next)
             if index == embeddingLayer {
-                embedding = (0..<(layer.outH * layer.outW * layer.outC)).map { current[$0] * layer.outputScale }
+                let size = layer.outH * layer.outW * layer.outC
+                for b in 0..<count { embeddings[b] = (0..<size).map { current[b * size + $0] * layer.outputScale } }
             }
         }
         let last = layers[layers.count - 1]
-        return ((0..<last.outC).map { current[$0] * last.outputScale }, embedding)
+        return (0..<count).map { b in ((0..<last.outC).map { current[b * last.outC + $0] * last.outputScale }, embeddings[b]) }
     }
 
     /// Class scores (the model's output activation over the logits).
@@ -154,14 +174,20 @@ public final class SoundNetwork {
     private func requantize(_ layer: Layer, pixels: Int) {
         let c = layer.outC
         next.withUnsafeMutableBufferPointer { out in
-            layer.bias.withUnsafeBufferPointer { bias in
+            layer.biasF.withUnsafeBufferPointer { bias in
                 layer.multiplier.withUnsafeBufferPointer { m in
+                    // The sum of two integer-valued Floats below 2²⁴ is the Int32 sum. Adding and removing
+                    // 1.5·2²³ rounds to the nearest integer, ties to even (the FPU's mode), exactly for |v| < 2²²,
+                    // like cvtps2dq; unlike a call to rintf it vectorises.
+                    let magic: Float = 12_582_912
+                    let lo = layer.lower, hi = layer.upper
                     for p in 0..<pixels {
-                        let row = p * c
+                        let row = out.baseAddress! + p * c
                         for k in 0..<c {
-                            let acc = Int32(out[row + k]) &+ bias[k]
-                            let v = Float(acc) * m[k]
-                            out[row + k] = min(max(v, layer.lower), layer.upper).rounded(.toNearestOrEven)
+                            var v = (row[k] + bias[k]) * m[k]
+                            v = v < lo ? lo : v
+                            v = v > hi ? hi : v
+                            row[k] = (v + magic) - magic
                         }
                     }
                 }
@@ -169,28 +195,32 @@ public final class SoundNetwork {
         }
     }
 
-    private func pointwise(_ layer: Layer) {
-        let pixels = layer.inH * layer.inW
+    private func pointwise(_ layer: Layer, _ count: Int) {
+        let pixels = layer.inH * layer.inW * count
         current.withUnsafeBufferPointer { x in
             layer.weights.withUnsafeBufferPointer { w in
                 next.withUnsafeMutableBufferPointer { y in
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(pixels), Int32(layer.outC), Int32(layer.inC),
-                                1, x.baseAddress, Int32(layer.inC), w.baseAddress, Int32(layer.inC), 0, y.baseAddress, Int32(layer.outC))
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Int32(pixels), Int32(layer.outC), Int32(layer.inC),
+                                1, x.baseAddress, Int32(layer.inC), w.baseAddress, Int32(layer.outC), 0, y.baseAddress, Int32(layer.outC))
                 }
             }
         }
         requantize(layer, pixels: pixels)
     }
 
-    private func convolve(_ layer: Layer) {
-        let pixels = layer.outH * layer.outW
+    private func convolve(_ layer: Layer, _ count: Int) {
+        let perPatch = layer.outH * layer.outW
+        let pixels = perPatch * count
         let k = layer.kh * layer.kw * layer.inC
+        let inSize = layer.inH * layer.inW * layer.inC
         // im2col: one row per output pixel, (ky, kx, ci) order; outside the map is the zero point (0).
         current.withUnsafeBufferPointer { x in
             scratch.withUnsafeMutableBufferPointer { col in
+              for b in 0..<count {
+                let x = UnsafeBufferPointer(rebasing: x[(b * inSize)..<((b + 1) * inSize)])
                 for oy in 0..<layer.outH {
                     for ox in 0..<layer.outW {
-                        var j = (oy * layer.outW + ox) * k
+                        var j = (b * perPatch + oy * layer.outW + ox) * k
                         for ky in 0..<layer.kh {
                             let iy = oy * layer.sh - layer.padTop + ky
                             for kx in 0..<layer.kw {
@@ -205,6 +235,7 @@ public final class SoundNetwork {
                         }
                     }
                 }
+              }
             }
         }
         scratch.withUnsafeBufferPointer { col in
@@ -218,14 +249,17 @@ public final class SoundNetwork {
         requantize(layer, pixels: pixels)
     }
 
-    private func depthwise(_ layer: Layer) {
+    private func depthwise(_ layer: Layer, _ count: Int) {
         let c = layer.inC
-        current.withUnsafeBufferPointer { x in
+        let inSize = layer.inH * layer.inW * c, outSize = layer.outH * layer.outW * c
+        current.withUnsafeBufferPointer { xAll in
             layer.weights.withUnsafeBufferPointer { w in
-                next.withUnsafeMutableBufferPointer { y in
+                next.withUnsafeMutableBufferPointer { yAll in
+                  for b in 0..<count {
+                    let x = xAll.baseAddress! + b * inSize, y = yAll.baseAddress! + b * outSize
                     for oy in 0..<layer.outH {
                         for ox in 0..<layer.outW {
-                            let out = y.baseAddress! + (oy * layer.outW + ox) * c
+                            let out = y + (oy * layer.outW + ox) * c
                             for ch in 0..<c { out[ch] = 0 }
                             for ky in 0..<layer.kh {
                                 let iy = oy * layer.sh - layer.padTop + ky
@@ -233,41 +267,45 @@ public final class SoundNetwork {
                                 for kx in 0..<layer.kw {
                                     let ix = ox * layer.sw - layer.padLeft + kx
                                     guard ix >= 0, ix < layer.inW else { continue }
-                                    let input = x.baseAddress! + (iy * layer.inW + ix) * c
+                                    let input = x + (iy * layer.inW + ix) * c
                                     let filter = w.baseAddress! + (ky * layer.kw + kx) * c
                                     for ch in 0..<c { out[ch] += input[ch] * filter[ch] }
                                 }
                             }
                         }
                     }
+                  }
                 }
             }
         }
-        requantize(layer, pixels: layer.outH * layer.outW)
+        requantize(layer, pixels: layer.outH * layer.outW * count)
     }
 
-    private func pool(_ layer: Layer) {
+    private func pool(_ layer: Layer, _ count: Int) {
         let pixels = layer.inH * layer.inW, c = layer.inC
         current.withUnsafeBufferPointer { x in
             next.withUnsafeMutableBufferPointer { y in
-                for ch in 0..<c { y[ch] = 0 }
-                for p in 0..<pixels {
-                    for ch in 0..<c { y[ch] += x[p * c + ch] }
+                for b in 0..<count {
+                    let out = b * c, base = b * pixels * c
+                    for ch in 0..<c { y[out + ch] = 0 }
+                    for p in 0..<pixels {
+                        for ch in 0..<c { y[out + ch] += x[base + p * c + ch] }
+                    }
                 }
             }
         }
-        requantize(layer, pixels: 1)
+        requantize(layer, pixels: count)
     }
 
-    private func dense(_ layer: Layer) {
+    private func dense(_ layer: Layer, _ count: Int) {
         current.withUnsafeBufferPointer { x in
             layer.weights.withUnsafeBufferPointer { w in
                 next.withUnsafeMutableBufferPointer { y in
-                    cblas_sgemv(CblasRowMajor, CblasNoTrans, Int32(layer.outC), Int32(layer.inC), 1, w.baseAddress, Int32(layer.inC),
-                                x.baseAddress, 1, 0, y.baseAddress, 1)
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(count), Int32(layer.outC), Int32(layer.inC),
+                                1, x.baseAddress, Int32(layer.inC), w.baseAddress, Int32(layer.inC), 0, y.baseAddress, Int32(layer.outC))
                 }
             }
         }
-        requantize(layer, pixels: 1)
+        requantize(layer, pixels: count)
     }
 }
