@@ -178,6 +178,16 @@ public struct SoundModel: Sendable {
         shapes = try SoundModel.checkShapes(header, blobBytes: blob.count, fileName: fileName)
         // Inference sums in Float, which is exact for integers below 2²⁴ only.
         for (i, layer) in header.layers.enumerated() {
+            // A pool's multiplier holds the number of positions it averages (sIn / (sOut · n)): a network
+            // made for another patch size has a different n than the front end gives here.
+            if layer.op == .globalAveragePool, i > 0, let m = float32s(layer.multiplier).first, m > 0 {
+                let implied = header.layers[i - 1].outputScale / (layer.outputScale * Double(m))
+                let actual = Double(shapes[i - 1].h * shapes[i - 1].w)
+                if abs(implied - actual) > 0.02 * actual {
+                    throw SoundModelError(.inconsistent, String(format: "%@: the network was made for another input size (its pooling averages %.0f positions, a %d × %d patch gives %.0f)",
+                                                                fileName, implied, header.frontEnd.patchFrames, header.frontEnd.melBands, actual))
+                }
+            }
             if let b = layer.bias, int32s(b).contains(where: { abs(Int64($0)) >= 1 << 22 }) {
                 throw SoundModelError(.inconsistent, "\(fileName): layer \(i) has a bias beyond ±2²² (not an int8 network this runtime can run exactly)")
             }

@@ -1,0 +1,216 @@
+import EarmarkAudio
+import EarmarkClassification
+import EarmarkTestSupport
+import Foundation
+import Testing
+
+/// Log-mel patches of `seconds` of a real file from `start`, as the classifier makes them, quantised.
+private func patches(of url: URL, start: Double, seconds: Double, model: SoundModel, every hop: Int = 48) throws -> [UInt8] {
+    let reader = try MultichannelFileReader(path: url.path)
+    var audio: [Float] = []
+    while let b = try reader.next() { audio += b.channels == 1 ? b.samples : b.mono }
+    let resampler = try Resampler(inputRate: reader.sampleRate, outputRate: model.frontEnd.sampleRate)
+    let at16k = resampler.process(audio) + resampler.flush()
+    let from = Int(start * model.frontEnd.sampleRate), count = Int(seconds * model.frontEnd.sampleRate)
+    let frontEnd = LogMelFrontEnd(spec: model.frontEnd)
+    let frames = frontEnd.append(Array(at16k[from..<min(at16k.count, from + count)]))
+    let network = SoundNetwork(model: model)
+    let bands = model.frontEnd.melBands, size = model.frontEnd.patchFrames * bands
+    var out: [UInt8] = []
+    var first = 0
+    while (first + model.frontEnd.patchFrames) * bands <= frames.count {
+        var codes = [UInt8](repeating: 0, count: size)
+        frames.withUnsafeBufferPointer { f in
+            codes.withUnsafeMutableBufferPointer { network.quantize(UnsafeBufferPointer(rebasing: f[(first * bands)..<(first * bands + size)]), into: $0) }
+        }
+        out += codes
+        first += hop
+    }
+    return out
+}
+
+@Suite("Sound classification: YAMNet in Swift")
+struct SoundNetworkTests {
+    @Test("the Swift network gives onnxruntime's scores on real music and speech (same log-mel input, within 1e-3)")
+    func matchesOnnxruntime() throws {
+        let fixture = try TestModel.set()
+        let model = try SoundModel(path: fixture.model.path)
+        let audio = try TestAudio.set()
+        var input: [UInt8] = []
+        input += try patches(of: try audio.reference("pingus-4"), start: 20, seconds: 8, model: model)
+        input += try patches(of: audio.negative[0], start: 30, seconds: 8, model: model)
+        input += try patches(of: audio.speech[0], start: 2, seconds: 8, model: model)
+        let size = model.frontEnd.patchFrames * model.frontEnd.melBands
+        let n = input.count / size
+        #expect(n >= 40)
+        let reference = try fixture.onnxruntimeCodes(input, labels: model.labels.count)
+        #expect(reference.count == n * model.labels.count)
+        let network = SoundNetwork(model: model)
+        let outScale = 0.7565417289733887  // YAMNet's output step; codes are logits / step + 190
+        var worstScore = 0.0, differentCodes = 0
+        for p in 0..<n {
+            let swift = input[(p * size)..<((p + 1) * size)].withUnsafeBufferPointer { network.run(codes: $0) }
+            let scores = network.scores(logits: swift.logits)
+            for k in 0..<model.labels.count {
+                let ortLogit = Double(Int(reference[p * model.labels.count + k]) - 190) * outScale
+                let ortScore = 1 / (1 + exp(-ortLogit))
+                worstScore = max(worstScore, abs(Double(scores[k]) - ortScore))
+                if Int((Double(swift.logits[k]) / outScale).rounded()) + 190 != Int(reference[p * model.labels.count + k]) { differentCodes += 1 }
+            }
+        }
+        #expect(worstScore <= 1e-3, "largest score difference \(worstScore)")
+        #expect(differentCodes == 0)
+    }
+
+    @Test("real speech, real music and digital silence get the expected leading labels")
+    func expectedLabels() throws {
+        let model = try SoundModel(path: try TestModel.set().model.path)
+        let classifier = SoundClassifier(model: model)
+        let audio = try TestAudio.set()
+        func leading(_ url: URL) throws -> [String: Double] {
+            let windows = try classifier.classify(path: url.path)
+            var share: [String: Double] = [:]
+            for w in windows { share[w.labels[0].label, default: 0] += 1 / Double(windows.count) }
+            return share
+        }
+        for speech in audio.speech {
+            let s = try leading(speech)
+            #expect((s["Speech"] ?? 0) >= 0.7, "\(speech.lastPathComponent): \(s)")
+        }
+        for music in [try audio.reference("pingus-4"), audio.negative[1]] {
+            let s = try leading(music)
+            #expect((s["Music"] ?? 0) >= 0.7, "\(music.lastPathComponent): \(s)")
+        }
+        let tmp = try TemporaryDirectory("silence")
+        try WAVFile.write([Float](repeating: 0, count: 44_100 * 3), to: tmp.file("silence.wav"))
+        let s = try leading(tmp.file("silence.wav"))
+        #expect((s["Silence"] ?? 0) >= 0.99, "\(s)")
+    }
+
+    @Test("a stream gives the same windows whatever its buffer sizes, and speech activity finds the speech")
+    func streamingIsDeterministic() throws {
+        let model = try SoundModel(path: try TestModel.set().model.path)
+        let audio = try TestAudio.set()
+        // Music, then speech: the speech range must start near the join.
+        let tmp = try TemporaryDirectory("stream")
+        let joined = tmp.file("joined.wav")
+        try Fixtures.cut(try audio.reference("pingus-3"), start: 10, seconds: 6, to: tmp.file("a.wav"), rate: 44_100, channels: 1)
+        try Fixtures.cut(audio.speech[0], start: 0, seconds: 6, to: tmp.file("b.wav"), rate: 44_100, channels: 1)
+        try Run.sox([tmp.path("a.wav"), tmp.path("b.wav"), joined.path])
+        let samples = try Fixtures.decode(joined)
+        func run(chunk: Int) throws -> [SoundWindow] {
+            let stream = try SoundClassificationStream(model: model, options: .init(windowDuration: 0.96, overlapFactor: 0.5, topK: 3))
+            var out: [SoundWindow] = []
+            var i = 0
+            while i < samples.count {
+                out += try stream.append(PCMBuffer(samples: Array(samples[i..<min(samples.count, i + chunk)]), sampleRate: 44_100))
+                i += chunk
+            }
+            return out + stream.finish()
+        }
+        let a = try run(chunk: 1_000), b = try run(chunk: 44_100 * 2 + 17)
+        #expect(a.count == b.count)
+        #expect(a.count >= 23)
+        #expect(zip(a, b).allSatisfy { $0.start == $1.start && $0.labels == $1.labels })
+        let speech = SpeechActivity(model: model).ranges(a)
+        #expect(speech.count >= 1)
+        if let first = speech.first {
+            #expect(abs(first.start - 6) <= 1.0, "speech starts at \(first.start)")
+            #expect(speech.last!.end >= 11)
+        }
+        // The music part carries no speech.
+        #expect(!speech.contains { $0.start < 5 })
+    }
+
+    @Test("longer windows average their patches; a 0.5-s file still gives one window of its own length")
+    func windowsAndShortInput() throws {
+        let model = try SoundModel(path: try TestModel.set().model.path)
+        let classifier = SoundClassifier(model: model)
+        let audio = try TestAudio.set()
+        let tmp = try TemporaryDirectory("windows")
+        try Fixtures.cut(try audio.reference("pingus-5"), start: 5, seconds: 10, to: tmp.file("ten.wav"))
+        let long = try classifier.classify(path: tmp.path("ten.wav"), options: .init(windowDuration: 3, overlapFactor: 0, topK: 2))
+        #expect(long.count == 3 || long.count == 4)
+        #expect(long.allSatisfy { $0.labels.count == 2 && $0.labels[0].confidence >= $0.labels[1].confidence })
+        #expect(abs(long[1].start - 3) < 0.011)
+        try Fixtures.cut(try audio.reference("pingus-5"), start: 5, seconds: 0.5, to: tmp.file("short.wav"))
+        let short = try classifier.classify(path: tmp.path("short.wav"))
+        #expect(short.count == 1)
+        #expect(abs(short[0].duration - 0.5) < 0.02)
+        #expect(throws: SoundModelError.self) { try classifier.classify(path: tmp.path("ten.wav"), options: .init(windowDuration: 0.5)) }
+        #expect(throws: SoundModelError.self) { try classifier.classify(path: tmp.path("ten.wav"), options: .init(overlapFactor: 1)) }
+    }
+}
+
+@Suite("Sound model files: damaged or mismatched files are refused")
+struct SoundModelFileTests {
+    /// The model file split into header JSON and blob, to write altered copies.
+    private func parts() throws -> (header: [String: Any], blob: Data, raw: Data) {
+        let raw = try Data(contentsOf: try TestModel.set().model)
+        let length = Int(raw[12]) | Int(raw[13]) << 8 | Int(raw[14]) << 16 | Int(raw[15]) << 24
+        let header = try JSONSerialization.jsonObject(with: raw[16..<(16 + length)]) as! [String: Any]
+        let blobStart = (16 + length + 15) & ~15
+        return (header, raw[blobStart...], raw)
+    }
+
+    private func write(header: [String: Any], blob: Data, to url: URL) throws {
+        let json = try JSONSerialization.data(withJSONObject: header)
+        var out = Data("EARMODEL".utf8)
+        for v in [UInt32(1), UInt32(json.count)] { withUnsafeBytes(of: v.littleEndian) { out.append(contentsOf: $0) } }
+        out.append(json)
+        while out.count % 16 != 0 { out.append(0) }
+        out.append(blob)
+        try out.write(to: url)
+    }
+
+    @Test("the converted YAMNet loads: 521 labels, 1024-value embedding, 0.96-s patches at 16 kHz")
+    func loads() throws {
+        let model = try SoundModel(path: try TestModel.set().model.path)
+        #expect(model.labels.count == 521)
+        #expect(model.labels[0].name == "Speech")
+        #expect(model.embeddingSize == 1024)
+        #expect(model.frontEnd.sampleRate == 16_000)
+        #expect(abs(model.frontEnd.patchDuration - 0.96) < 1e-9)
+    }
+
+    @Test("truncated, damaged, foreign and missing files give clear errors")
+    func damaged() throws {
+        let (header, blob, raw) = try parts()
+        let tmp = try TemporaryDirectory("models")
+        func code(_ data: Data) -> SoundModelError.Code? {
+            do { _ = try SoundModel(data: data); return nil } catch let e as SoundModelError { return e.code } catch { return nil }
+        }
+        #expect(code(raw) == nil)
+        #expect(code(raw.prefix(raw.count - 1000)) == .invalidFile)
+        #expect(code(raw.prefix(10)) == .invalidFile)
+        #expect(code(Data()) == .invalidFile)
+        var flipped = raw
+        flipped[raw.count - 5000] ^= 0x10
+        #expect(code(flipped) == .invalidFile)
+        #expect(code(Data("this is a text file, not a model at all".utf8)) == .invalidFile)
+        var future = raw
+        future[8] = 9
+        #expect(code(future) == .unsupportedVersion)
+        var badJSON = raw
+        badJSON[20] = UInt8(ascii: "}")
+        #expect(code(badJSON) == .invalidFile)
+        #expect(throws: SoundModelError.self) { try SoundModel(path: tmp.path("missing.emodel")) }
+        // The same network behind a front end with another patch size.
+        var other = header
+        var fe = other["frontEnd"] as! [String: Any]
+        fe["patchFrames"] = 48
+        other["frontEnd"] = fe
+        try write(header: other, blob: blob, to: tmp.file("other.emodel"))
+        do {
+            _ = try SoundModel(path: tmp.path("other.emodel"))
+            Issue.record("a model for another input size loaded")
+        } catch let e as SoundModelError {
+            #expect(e.code == .inconsistent)
+            #expect(e.message.contains("another input size"), "\(e.message)")
+        }
+        var fewer = header
+        fewer["labels"] = Array((header["labels"] as! [Any]).prefix(100))
+        try write(header: fewer, blob: blob, to: tmp.file("labels.emodel"))
+        #expect(throws: SoundModelError.self) { try SoundModel(path: tmp.path("labels.emodel")) }
+    }
+}
