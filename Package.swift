@@ -42,6 +42,7 @@ let package = Package(
         ]),
         .executableTarget(name: "earmark-bench", dependencies: ["EarmarkKit"]),
         .executableTarget(name: "earmark-listen-bench", dependencies: ["EarmarkKit"]),
+        .executableTarget(name: "earmark-classify-bench", dependencies: ["EarmarkKit"]),
         .target(name: "EarmarkTestSupport", dependencies: ["EarmarkKit"], path: "Tests/EarmarkTestSupport"),
 
         .testTarget(name: "EarmarkAudioTests", dependencies: ["EarmarkAudio", "EarmarkTestSupport"]),

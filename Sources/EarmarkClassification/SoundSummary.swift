@@ -11,6 +11,29 @@ public struct TimeRange: Codable, Sendable, Equatable {
     public var duration: Double { end - start }
 }
 
+/// The broad kind of sound a window holds, from its leading label.
+public enum SoundCategory: String, Codable, Sendable, CaseIterable {
+    case speech, music, silence, other
+
+    /// Maps each label of `model` to a category. AudioSet models (YAMNet's label order): speech is
+    /// Speech … Speech synthesizer (0–5), music is the singing classes (24–32) and the whole Music
+    /// subtree (132–276), silence is Silence (494). Other models: labels named speech, music or silence.
+    public static func table(for model: SoundModel) -> [SoundCategory] {
+        let labels = model.labels
+        if labels.count == 521, labels[0].mid == "/m/09x0r", labels[132].mid == "/m/04rlf", labels[494].mid == "/m/028v0c" {
+            return labels.indices.map { i in
+                switch i {
+                case 0...5: .speech
+                case 24...32, 132...276: .music
+                case 494: .silence
+                default: .other
+                }
+            }
+        }
+        return labels.map { SoundCategory(rawValue: $0.name.lowercased()) ?? .other }
+    }
+}
+
 /// How much of the audio a label leads.
 public struct LabelShare: Codable, Sendable, Equatable {
     public var label: String
@@ -29,6 +52,8 @@ public struct SoundSummary: Codable, Sendable, Equatable {
     public var speech: [TimeRange]
     /// Fraction of the audio inside `speech`.
     public var speechShare: Double
+    /// Fraction of windows led by a label of each category (see ``SoundCategory``).
+    public var categoryShares: [String: Double]
     /// Seconds classified.
     public var duration: Double
 
@@ -44,6 +69,13 @@ public struct SoundSummary: Codable, Sendable, Equatable {
             LabelShare(label: $0.value.label.label, identifier: $0.value.label.identifier,
                        share: Double($0.value.n) / total, meanConfidence: $0.value.sum / Double($0.value.n))
         }
+        let table = SoundCategory.table(for: speechDetector.model)
+        var shares: [String: Double] = [:]
+        for w in windows {
+            guard let top = w.scores.indices.max(by: { w.scores[$0] < w.scores[$1] }) else { continue }
+            shares[table[top].rawValue, default: 0] += 1 / total
+        }
+        categoryShares = shares
         speech = speechDetector.ranges(windows)
         self.duration = duration
         speechShare = duration > 0 ? min(1, speech.reduce(0) { $0 + $1.duration } / duration) : 0
@@ -62,9 +94,11 @@ public struct SpeechActivity: Sendable {
     public var bridge = 0.3
     public var minimumDuration = 0.5
     let speechIndices: [Int]
+    let model: SoundModel
 
     /// Speech labels of `model`: the YAMNet ids, or any label named "speech" (a custom model's).
     public init(model: SoundModel) {
+        self.model = model
         var index: [String: Int] = [:]
         for (i, l) in model.labels.enumerated() where index[l.mid] == nil { index[l.mid] = i }
         var speech = SpeechActivity.speechIdentifiers.compactMap { index[$0] }
