@@ -70,12 +70,12 @@ public struct SoundSummary: Codable, Sendable, Equatable {
                        share: Double($0.value.n) / total, meanConfidence: $0.value.sum / Double($0.value.n))
         }
         let table = SoundCategory.table(for: speechDetector.model)
-        var shares: [String: Double] = [:]
+        var counts: [String: Int] = [:]
         for w in windows {
             guard let top = w.scores.indices.max(by: { w.scores[$0] < w.scores[$1] }) else { continue }
-            shares[table[top].rawValue, default: 0] += 1 / total
+            counts[table[top].rawValue, default: 0] += 1
         }
-        categoryShares = shares
+        categoryShares = counts.mapValues { Double($0) / total }
         speech = speechDetector.ranges(windows)
         self.duration = duration
         speechShare = duration > 0 ? min(1, speech.reduce(0) { $0 + $1.duration } / duration) : 0
@@ -185,5 +185,67 @@ extension SoundModel {
                                   + "run tools/fetch-model.sh to fetch and convert YAMNet, or pass --model")
         }
         return try SoundModel(path: found)
+    }
+}
+
+/// A stretch where one label leads the windows.
+public struct LabelRun: Codable, Sendable, Equatable {
+    public var start: Double
+    public var end: Double
+    public var label: String
+    public var identifier: String
+    /// Mean confidence of the label over the run.
+    public var confidence: Double
+}
+
+/// The sound classification stored with a catalog track and attached to matches (kind `sound`).
+public struct SoundAnalysis: Codable, Sendable, Equatable {
+    public static let kind = "sound"
+    public static let version = 1
+
+    /// Name of the model that classified.
+    public var model: String
+    public var windowDuration: Double
+    public var overlapFactor: Double
+    public var dominant: [LabelShare]
+    public var categoryShares: [String: Double]
+    public var speech: [TimeRange]
+    public var speechShare: Double
+    public var duration: Double
+    /// Runs of the same leading label, in time order.
+    public var timeline: [LabelRun]
+
+    public init(windows: [SoundWindow], duration: Double, model: SoundModel, options: ClassificationOptions) {
+        let summary = SoundSummary(windows: windows, duration: duration, speechDetector: SpeechActivity(model: model))
+        self.model = model.name
+        windowDuration = options.windowDuration
+        overlapFactor = options.overlapFactor
+        dominant = summary.dominant
+        categoryShares = summary.categoryShares
+        speech = summary.speech
+        speechShare = summary.speechShare
+        self.duration = duration
+        var runs: [LabelRun] = []
+        var count = 0
+        for w in windows {
+            guard let top = w.labels.first else { continue }
+            let end = min(duration, w.start + w.duration)
+            if var last = runs.last, last.identifier == top.identifier {
+                last.confidence = (last.confidence * Double(count) + top.confidence) / Double(count + 1)
+                last.end = max(last.end, end)
+                runs[runs.count - 1] = last
+                count += 1
+            } else {
+                runs.append(LabelRun(start: w.start, end: end, label: top.label, identifier: top.identifier, confidence: top.confidence))
+                count = 1
+            }
+        }
+        timeline = runs
+    }
+
+    /// One line for people: "Music 92 %, Speech 5 %; speech 0:03–0:12".
+    public var summaryText: String {
+        let leading = dominant.prefix(3).map { "\($0.label) \(Int(($0.share * 100).rounded())) %" }.joined(separator: ", ")
+        return leading.isEmpty ? "—" : leading
     }
 }

@@ -17,6 +17,8 @@ public struct FingerprintedFile: Sendable {
     public var decoder: AudioFileReader.Decoder?
     /// EBU R 128 loudness of the file, when asked for (measured on its own channels and rate); nil for a signature file.
     public var loudness: LoudnessResult? = nil
+    /// Sound classification of the whole file, when asked for.
+    public var sound: SoundAnalysis? = nil
 }
 
 /// Decodes audio files into signatures in one streaming pass.
@@ -25,7 +27,7 @@ public enum Fingerprinter {
     /// Files whose name ends in `.earsig` are read as signature files instead (no digest).
     /// With `loudness`, the same single decoding pass also measures the file's loudness (``LoudnessMeter``).
     public static func fingerprint(path: String, configuration: SignatureConfiguration = .current,
-                                   digest: Bool = true, loudness: Bool = false) throws -> FingerprintedFile {
+                                   digest: Bool = true, loudness: Bool = false, sound: SoundModel? = nil) throws -> FingerprintedFile {
         if path.lowercased().hasSuffix(".earsig") {
             let data: Data
             do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
@@ -34,7 +36,9 @@ public enum Fingerprinter {
             let sig = try Signature(dataRepresentation: data)
             return FingerprintedFile(path: path, signature: sig, contentHash: "", decoder: nil)
         }
-        if loudness { return try fingerprintMeasuringLoudness(path: path, configuration: configuration, digest: digest) }
+        if loudness || sound != nil {
+            return try fingerprintAnalyzing(path: path, configuration: configuration, digest: digest, loudness: loudness, sound: sound)
+        }
         let reader = try AudioFileReader(path: path)
         let generator = SignatureGenerator(configuration: configuration)
         var hasher = AudioDigest()
@@ -51,17 +55,32 @@ extension Fingerprinter {
     /// One pass over the file's own channels: the loudness meter takes them as they are, the fingerprint
     /// their average converted to 44.1 kHz, exactly as ``AudioFileReader`` makes it (same chunks, same
     /// downmix), so signatures and digests do not depend on whether loudness was measured.
-    static func fingerprintMeasuringLoudness(path: String, configuration: SignatureConfiguration,
-                                             digest: Bool) throws -> FingerprintedFile {
+    /// One decoding pass feeding the signature generator and every analysis asked for (loudness on the
+    /// file's own channels and rate, sound classification from the same buffers).
+    static func fingerprintAnalyzing(path: String, configuration: SignatureConfiguration, digest: Bool,
+                                     loudness: Bool, sound: SoundModel?) throws -> FingerprintedFile {
         let reader = try MultichannelFileReader(path: path)
+        let meter = loudness ? try LoudnessMeter(sampleRate: reader.sampleRate, channels: reader.channels) : nil
+        let classifier = try sound.map { try SoundClassificationStream(model: $0) }
+        var windows: [SoundWindow] = []
+        func analyses() -> (LoudnessResult?, SoundAnalysis?) {
+            windows += classifier?.finish() ?? []
+            let analysis = classifier.map {
+                SoundAnalysis(windows: windows, duration: $0.duration, model: $0.model, options: $0.options)
+            }
+            return (meter?.result(), analysis)
+        }
         if reader.decoder == .ffmpeg {
-            // ffmpeg's own mono downmix made every fingerprint of such files so far; keep it, and measure
-            // loudness from the stereo stream in a second pass.
+            // ffmpeg's own mono downmix made every fingerprint of such files so far; keep it, and analyse
+            // the stereo stream in a second pass.
             var f = try fingerprint(path: path, configuration: configuration, digest: digest)
-            f.loudness = try LoudnessMeter.measure(reading: reader)
+            while let buffer = try reader.next() {
+                meter?.append(buffer.samples)
+                windows += try classifier?.append(buffer) ?? []
+            }
+            (f.loudness, f.sound) = analyses()
             return f
         }
-        let meter = try LoudnessMeter(sampleRate: reader.sampleRate, channels: reader.channels)
         let resampler = try Resampler(inputRate: reader.sampleRate)
         let generator = SignatureGenerator(configuration: configuration)
         var hasher = AudioDigest()
@@ -72,14 +91,16 @@ extension Fingerprinter {
             if digest { hasher.update(mono) }
         }
         while let buffer = try reader.next() {
-            meter.append(buffer.samples)
+            meter?.append(buffer.samples)
+            windows += try classifier?.append(buffer) ?? []
             frames += buffer.frameCount
             try feed(resampler.process(buffer.mono))
         }
         guard frames > 0 else { throw AudioError(.empty, "no audio samples in file", path: path) }
         try feed(resampler.flush())
+        let (l, s) = analyses()
         return FingerprintedFile(path: path, signature: generator.signature(), contentHash: digest ? hasher.finalizeHex() : "",
-                                 decoder: reader.decoder, loudness: meter.result())
+                                 decoder: reader.decoder, loudness: l, sound: s)
     }
 }
 

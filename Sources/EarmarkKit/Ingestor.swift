@@ -47,13 +47,16 @@ public struct Ingestor: Sendable {
     /// Whether each file's music metadata (so far: loudness) is measured in the same decoding pass and
     /// stored with the track. Default false: it makes indexing about three times slower.
     public var analyze: Bool
+    /// With `analyze`, each file is also classified with this model (stored as kind `sound`).
+    public var soundModel: SoundModel?
 
     public init(catalogPath: String, workers: Int = ProcessInfo.processInfo.activeProcessorCount, busyTimeout: Double = 30,
-                analyze: Bool = false) {
+                analyze: Bool = false, soundModel: SoundModel? = nil) {
         self.catalogPath = catalogPath
         self.workers = max(1, workers)
         self.busyTimeout = busyTimeout
         self.analyze = analyze
+        self.soundModel = soundModel
     }
 
     /// Adds `files` (already expanded). `describe` supplies per-file fields; missing titles default to the file name.
@@ -92,9 +95,10 @@ public struct Ingestor: Sendable {
                 next += 1
                 let path = files[index]
                 let analyze = self.analyze
+                let model = analyze ? soundModel : nil
                 group.addTask {
                     do {
-                        let f = try Fingerprinter.fingerprint(path: path, configuration: configuration, loudness: analyze)
+                        let f = try Fingerprinter.fingerprint(path: path, configuration: configuration, loudness: analyze, sound: model)
                         if f.signature.duration < 1 {
                             throw SignatureError(.signatureDurationInvalid, "too short to index (\(f.signature.duration) s)")
                         }
@@ -143,11 +147,14 @@ public struct Ingestor: Sendable {
                                duration: file.signature.duration, sourcePath: abs, sourceSize: stamp?.0,
                                sourceModified: stamp?.1, contentHash: file.contentHash)
             var analyses: [TrackAnalysis] = []
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
             if let l = file.loudness {
-                let encoder = JSONEncoder()
-                encoder.outputFormatting = [.sortedKeys]
                 analyses.append(TrackAnalysis(kind: LoudnessSummary.kind, version: LoudnessSummary.version,
                                               json: try encoder.encode(LoudnessSummary(l))))
+            }
+            if let sound = file.sound {
+                analyses.append(TrackAnalysis(kind: SoundAnalysis.kind, version: SoundAnalysis.version, json: try encoder.encode(sound)))
             }
             switch try catalog.add(new, landmarks: landmarks, peaks: file.signature.peaks, analyses: analyses) {
             case .added(let t):

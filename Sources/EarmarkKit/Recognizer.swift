@@ -21,11 +21,13 @@ public final class Recognizer {
         return try matcher.match(f.signature)
     }
 
-    /// Decodes `path` once, matches it and measures its loudness (nil for a signature file).
-    public func matchMeasuringLoudness(path: String) throws -> (result: MatchResult, loudness: LoudnessResult?) {
+    /// Decodes `path` once, matches it, measures its loudness and, with a `sound` model, classifies it
+    /// (both nil for a signature file).
+    public func matchAnalyzing(path: String, sound: SoundModel? = nil)
+        throws -> (result: MatchResult, loudness: LoudnessResult?, sound: SoundAnalysis?) {
         let f = try Fingerprinter.fingerprint(path: path, configuration: matcher.configuration, digest: false,
-                                              loudness: true)
-        return (try matcher.match(f.signature), f.loudness)
+                                              loudness: true, sound: sound)
+        return (try matcher.match(f.signature), f.loudness, f.sound)
     }
 
     /// Matches a signature made elsewhere.

@@ -29,8 +29,10 @@ struct CatalogAddCommand: AsyncParsableCommand {
           song1.flac,"Hello, World",The Band,First,GBXXX0000001
 
         With --analyze, each file's loudness (EBU R 128: integrated, range, peaks, short-term once a \
-        second) is measured in the same decoding pass and stored with the track (`catalog info` shows \
-        it). It is off by default because it makes indexing about three times slower.
+        second) and its sound classification (leading labels and their share of the time, speech \
+        ranges, a timeline of leading labels; needs the model of tools/fetch-model.sh, else it is \
+        skipped with a warning) are computed in the same decoding pass and stored with the track \
+        (`catalog info` shows them). It is off by default because it makes indexing far slower.
 
         With --json the result is one object: {"results": [{"path", "status" (added, duplicate, \
         unchanged, failed), "track", "error"}], "added", "duplicate", "unchanged", "failed"}.
@@ -58,8 +60,11 @@ struct CatalogAddCommand: AsyncParsableCommand {
                                valueName: "csv"))
     var metadata: String?
 
-    @Flag(help: "Also measure music metadata (loudness) in the same decoding pass and store it (indexing takes about 3× as long).")
+    @Flag(help: "Also measure loudness and classify the sound in the same decoding pass and store both (indexing is far slower).")
     var analyze = false
+
+    @Option(help: ArgumentHelp("Sound model for --analyze (default: see `earmark classify --help`).", valueName: "path"))
+    var model: String?
 
     @Option(name: [.customShort("j"), .long], help: ArgumentHelp(
         "Files decoded in parallel. Default: the number of processor cores.", valueName: "n"))
@@ -129,9 +134,17 @@ struct CatalogAddCommand: AsyncParsableCommand {
             }
             let frozen = descriptions
 
+            var soundModel: SoundModel?
+            if analyze {
+                do {
+                    soundModel = try SoundModel.load(path: model)
+                } catch let e as SoundModelError where e.code == .notFound && model == nil {
+                    warn("sound classification skipped: \(e.message)")
+                }
+            }
             let ingestor = Ingestor(catalogPath: options.catalogPath,
                                     workers: jobs ?? ProcessInfo.processInfo.activeProcessorCount,
-                                    busyTimeout: options.lockTimeout, analyze: analyze)
+                                    busyTimeout: options.lockTimeout, analyze: analyze, soundModel: soundModel)
             let bar = ProgressBar(enabled: !options.json && stderrIsTerminal)
             let human = !options.json
             // Human output: each file's line as soon as it is stored, paths that could not be read first.

@@ -38,6 +38,11 @@ struct CatalogInfoCommand: AsyncParsableCommand {
                     print(pad("loudness:", 11) + " " + formatLevel(l.integrated, "LUFS") + " integrated, range " + formatLevel(l.range, "LU")
                           + ", true peak " + formatLevel(l.truePeak, "dBTP") + ", loudest 3 s " + formatLevel(l.maximumShortTerm, "LUFS"))
                 }
+                for a in analyses where a.kind == SoundAnalysis.kind {
+                    guard let s = try? JSONDecoder().decode(SoundAnalysis.self, from: a.json) else { continue }
+                    let speech = s.speech.isEmpty ? "no speech" : "speech \(Int((s.speechShare * 100).rounded())) % of the time"
+                    print(pad("sound:", 11) + " " + s.summaryText + "; " + speech)
+                }
             }
         }
     }

@@ -26,7 +26,9 @@ struct MatchCommand: AsyncParsableCommand {
         significance, runnerUpScore, frequencySkew, timeScale, alternativeOffsets, queryStart, \
         queryEnd, referenceStart, referenceEnd, …}], \
         queryDuration, queryLandmarks, candidateHits, loudness (the clip's EBU R 128 loudness, as \
-        `earmark analyze` prints it; null for .earsig files), error}; for several clips, a JSON array of \
+        `earmark analyze` prints it; null for .earsig files), sound (with --classify: the clip's sound \
+        classification, as `catalog info --json` shows a track's: model, dominant labels with their \
+        share, categoryShares, speech ranges, timeline; else null), error}; for several clips, a JSON array of \
         those objects in argument order (a clip that failed has empty matches, null numbers and \
         its message in error; error is null otherwise).
 
@@ -46,6 +48,12 @@ struct MatchCommand: AsyncParsableCommand {
         "Report at most this many tracks per clip.", valueName: "n"))
     var maxMatches: Int = MatchOptions.default.maximumMatches
 
+    @Flag(help: "Also classify each clip's sounds (speech, music, … ; the model of tools/fetch-model.sh).")
+    var classify = false
+
+    @Option(help: ArgumentHelp("Sound model for --classify (default: see `earmark classify --help`).", valueName: "path"))
+    var model: String?
+
     func validate() throws {
         guard maxMatches >= 1 else { throw ValidationError("--max-matches must be at least 1.") }
     }
@@ -54,6 +62,13 @@ struct MatchCommand: AsyncParsableCommand {
         let options = options
         let clips = clips
         let maxMatches = maxMatches
+        let soundModel: SoundModel?
+        do {
+            soundModel = classify ? try SoundModel.load(path: model) : nil
+        } catch {
+            writeStderr("earmark: \(error)\n")
+            throw ExitCode(2)
+        }
         try await reportingErrors {
             var matchOptions = MatchOptions.default
             matchOptions.maximumMatches = maxMatches
@@ -65,8 +80,8 @@ struct MatchCommand: AsyncParsableCommand {
             for clip in clips {
                 let report: ClipReport
                 do {
-                    let (result, loudness) = try recognizer.matchMeasuringLoudness(path: clip)
-                    report = ClipReport(path: clip, result: result, loudness: loudness)
+                    let (result, loudness, sound) = try recognizer.matchAnalyzing(path: clip, sound: soundModel)
+                    report = ClipReport(path: clip, result: result, loudness: loudness, sound: sound)
                     if result.matches.isEmpty { unmatched += 1 }
                 } catch let error as CatalogError {
                     throw error   // the catalog, not the clip, is at fault: stop
@@ -99,11 +114,14 @@ struct ClipReport: Encodable {
     var candidateHits: Int?
     /// EBU R 128 loudness of the clip (audio clips only).
     var loudness: LoudnessResult?
+    /// Sound classification of the clip (with --classify).
+    var sound: SoundAnalysis?
     var error: String?
 
-    init(path: String, result: MatchResult, loudness: LoudnessResult? = nil) {
+    init(path: String, result: MatchResult, loudness: LoudnessResult? = nil, sound: SoundAnalysis? = nil) {
         self.path = path
         self.loudness = loudness
+        self.sound = sound
         matches = result.matches
         queryDuration = result.queryDuration
         queryLandmarks = result.queryLandmarks
@@ -115,7 +133,7 @@ struct ClipReport: Encodable {
         self.error = error
     }
 
-    enum CodingKeys: String, CodingKey { case path, matches, queryDuration, queryLandmarks, candidateHits, loudness, error }
+    enum CodingKeys: String, CodingKey { case path, matches, queryDuration, queryLandmarks, candidateHits, loudness, sound, error }
 
     func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
@@ -125,11 +143,15 @@ struct ClipReport: Encodable {
         try c.encode(queryLandmarks, forKey: .queryLandmarks)
         try c.encode(candidateHits, forKey: .candidateHits)
         try c.encode(loudness, forKey: .loudness)
+        try c.encode(sound, forKey: .sound)
         try c.encode(error, forKey: .error)
     }
 
     var humanText: String {
-        let level = loudness?.integrated.map { String(format: " (clip %.1f LUFS)", $0) } ?? ""
+        var notes: [String] = []
+        if let l = loudness?.integrated { notes.append(String(format: "clip %.1f LUFS", l)) }
+        if let s = sound { notes.append(s.summaryText) }
+        let level = notes.isEmpty ? "" : " (" + notes.joined(separator: "; ") + ")"
         guard let first = matches.first else { return "\(path): no match" + level }
         var lines = ["\(path): \(ClipReport.describe(first))" + level]
         for m in matches.dropFirst() { lines.append("    also: \(ClipReport.describe(m))") }
