@@ -42,6 +42,9 @@ struct ListenCommand: AsyncParsableCommand {
           error          message
           loudness       with --loudness, every second: momentary, shortTerm
                          (LUFS; null in silence)
+          sound          with --classify, every classification window (0.96 s,
+                         half overlapping): start, duration, labels [{label,
+                         identifier, confidence}] (top 3)
           end            last: matches (count), dropped (seconds), reason
                          (input ended, duration, interrupted, matched, error)
 
@@ -83,6 +86,12 @@ struct ListenCommand: AsyncParsableCommand {
 
     @Flag(help: "Also report the loudness heard (EBU R 128 momentary and short-term, LUFS) every second.")
     var loudness = false
+
+    @Flag(help: "Also classify the sounds heard (speech, music, …) with the model of tools/fetch-model.sh.")
+    var classify = false
+
+    @Option(help: ArgumentHelp("Sound model for --classify (default: see `earmark classify --help`).", valueName: "path"))
+    var model: String?
 
     @Option(help: ArgumentHelp("Also save the audio heard to this WAV file (32-bit float, as captured).",
                                valueName: "file"))
@@ -136,6 +145,14 @@ struct ListenCommand: AsyncParsableCommand {
         let display = ListenDisplay(json: options.json, live: !options.json && stderrIsTerminal)
         var input: any AudioSource = record.map { RecordingSource(source, recordingTo: $0) } ?? source
         if loudness { input = LoudnessTap(input) { display.showLoudness(time: $0, momentary: $1, shortTerm: $2) } }
+        if classify {
+            do {
+                input = try SoundTap(input, model: try SoundModel.load(path: model)) { display.showSound($0, time: $1) }
+            } catch {
+                writeStderr("earmark: error: \(error)\n")
+                throw ExitCode(2)
+            }
+        }
         let session = try await reportingErrors {
             try StreamingSession(catalogPath: options.catalogPath, options: streaming,
                                  clock: realTime ? MonotonicClock() : nil, busyTimeout: options.lockTimeout)
@@ -202,6 +219,28 @@ final class LoudnessTap: AudioSource {
     }
 }
 
+/// Passes a source's buffers on while classifying their sounds; reports each window as it completes.
+final class SoundTap: AudioSource {
+    private let source: any AudioSource
+    private let stream: SoundClassificationStream
+    private let report: (SoundWindow, Double) -> Void
+
+    init(_ source: any AudioSource, model: SoundModel, report: @escaping (SoundWindow, Double) -> Void) throws {
+        self.source = source
+        stream = try SoundClassificationStream(model: model, options: ClassificationOptions(topK: 3))
+        self.report = report
+    }
+
+    func next() throws -> PCMBuffer? {
+        guard let buffer = try source.next() else {
+            for w in stream.finish() { report(w, stream.duration) }
+            return nil
+        }
+        for w in try stream.append(buffer) { report(w, stream.duration) }
+        return buffer
+    }
+}
+
 /// A flag set from any thread.
 final class LockedFlag: @unchecked Sendable {
     // All access goes through the lock.
@@ -225,6 +264,7 @@ final class ListenDisplay: @unchecked Sendable {
     private var matches: [StreamMatch] = []
     private var dropped = 0.0
     private var level: Double?
+    private var hearing: String?
 
     init(json: Bool, live: Bool) {
         self.json = json
@@ -278,6 +318,22 @@ final class ListenDisplay: @unchecked Sendable {
         emitLine(object)
     }
 
+    /// Reports a classified window: an NDJSON `sound` event, or the status line's leading label.
+    func showSound(_ window: SoundWindow, time: Double) {
+        lock.lock()
+        defer { lock.unlock() }
+        hearing = window.labels.first?.label
+        guard json else { return }
+        struct Event: Encodable {
+            var event = "sound"
+            var time: Double
+            var start: Double
+            var duration: Double
+            var labels: [LabelConfidence]
+        }
+        emitLine(Event(time: time, start: window.start, duration: window.duration, labels: window.labels))
+    }
+
     /// Redraws the status line (on a terminal), moving the predicted position with the clock.
     func tick() {
         lock.lock()
@@ -316,6 +372,7 @@ final class ListenDisplay: @unchecked Sendable {
             text = "listening… " + formatDuration(elapsed)
         }
         if let level { text += String(format: "  [%.0f LUFS]", level) }
+        if let hearing { text += "  [\(hearing)]" }
         text = truncate(text, max(10, ProgressBar.terminalWidth() - 1))
         writeStderr("\r" + text + "\u{1B}[K")
         statusVisible = true
