@@ -1,0 +1,107 @@
+import EarmarkTestSupport
+import Foundation
+import Testing
+
+@Suite("earmark classify, and classification attached to catalog add, match and listen")
+struct ClassifyCLITests {
+    private func modelEnvironment() throws -> [String: String?] {
+        ["EARMARK_MODEL": try TestModel.set().model.path]
+    }
+
+    @Test("classify --json: speech is Speech with speech ranges, music is Music; text output reads as a timeline")
+    func classifyFiles() throws {
+        let env = try modelEnvironment()
+        let audio = try TestAudio.set()
+        let speech = audio.speech[0].path, music = try audio.reference("pingus-6").path
+        let out = try EarmarkCLI.run(["classify", "--json", "--top", "4", speech, music], environment: env)
+        #expect(out.status == 0, "\(out)")
+        let reports = try JSONSerialization.jsonObject(with: out.stdout) as! [[String: Any]]
+        #expect(reports.count == 2)
+        let (s, m) = (reports[0], reports[1])
+        let windows = s["windows"] as! [[String: Any]]
+        #expect(windows.count >= 20)
+        #expect((windows[0]["labels"] as! [[String: Any]]).count == 4)
+        let sSummary = s["summary"] as! [String: Any]
+        #expect(((sSummary["dominant"] as! [[String: Any]])[0]["label"] as? String) == "Speech")
+        #expect((sSummary["speechShare"] as! Double) > 0.6)
+        #expect(!(sSummary["speech"] as! [Any]).isEmpty)
+        let mSummary = m["summary"] as! [String: Any]
+        #expect(((mSummary["dominant"] as! [[String: Any]])[0]["label"] as? String) == "Music")
+        #expect((mSummary["speechShare"] as! Double) < 0.1)
+        #expect(((mSummary["categoryShares"] as! [String: Double])["music"] ?? 0) > 0.8)
+
+        let text = try EarmarkCLI.run(["classify", speech], environment: env)
+        #expect(text.status == 0)
+        #expect(text.stdoutText.contains("Speech"))
+        #expect(text.stdoutText.contains("speech: 0:"))
+
+        let labels = try EarmarkCLI.run(["classify", "--labels"], environment: env)
+        #expect(labels.status == 0)
+        let lines = labels.stdoutText.split(separator: "\n")
+        #expect(lines.count == 521)
+        #expect(lines[0] == "0\t/m/09x0r\tSpeech")
+    }
+
+    @Test("bad arguments exit 64, unreadable audio or a missing or damaged model exit 2 with a clear message")
+    func errors() throws {
+        let env = try modelEnvironment()
+        let audio = try TestAudio.set()
+        let file = audio.speech[0].path
+        #expect(try EarmarkCLI.run(["classify", "--overlap", "1", file], environment: env).status == 64)
+        #expect(try EarmarkCLI.run(["classify", "--window", "0.2", file], environment: env).status == 64)
+        #expect(try EarmarkCLI.run(["classify", "--top", "0", file], environment: env).status == 64)
+        #expect(try EarmarkCLI.run(["classify"], environment: env).status == 64)
+        let tmp = try TemporaryDirectory("classify-errors")
+        try Data("not audio".utf8).write(to: tmp.file("text.wav"))
+        let bad = try EarmarkCLI.run(["classify", tmp.path("text.wav"), file], environment: env)
+        #expect(bad.status == 2)
+        #expect(bad.stderrText.contains("text.wav"))
+        let missing = try EarmarkCLI.run(["classify", file], environment: ["EARMARK_MODEL": tmp.path("none.emodel")])
+        #expect(missing.status == 2)
+        #expect(missing.stderrText.contains("no sound model"))
+        let model = try Data(contentsOf: try TestModel.set().model)
+        try model.prefix(model.count / 2).write(to: tmp.file("half.emodel"))
+        let truncated = try EarmarkCLI.run(["classify", "--model", tmp.path("half.emodel"), file])
+        #expect(truncated.status == 2)
+        #expect(truncated.stderrText.contains("not a usable sound model"))
+    }
+
+    @Test("catalog add --analyze stores the sound summary, match --classify and listen --classify attach the clip's")
+    func attached() throws {
+        let env = try modelEnvironment()
+        let audio = try TestAudio.set()
+        let tmp = try TemporaryDirectory("classify-attached")
+        let catalog = tmp.path("c.earcat")
+        let add = try EarmarkCLI.run(["catalog", "add", "--catalog", catalog, "--analyze", try audio.reference("pingus-4").path,
+                                      audio.speech[0].path], environment: env)
+        #expect(add.status == 0, "\(add)")
+        let info = try EarmarkCLI.run(["catalog", "info", "--catalog", catalog, "--json", "2"], environment: env)
+        let object = try JSONSerialization.jsonObject(with: info.stdout) as! [String: Any]
+        let sound = (object["analysis"] as! [String: Any])["sound"] as! [String: Any]
+        #expect(sound["model"] as? String == "YAMNet")
+        #expect((sound["speechShare"] as! Double) > 0.6)
+        #expect(!(sound["timeline"] as! [Any]).isEmpty)
+        let text = try EarmarkCLI.run(["catalog", "info", "--catalog", catalog, "1"], environment: env)
+        #expect(text.stdoutText.contains("sound:      Music"), "\(text.stdoutText)")
+
+        try Fixtures.cut(try audio.reference("pingus-4"), start: 30, seconds: 8, to: tmp.file("clip.wav"))
+        let match = try EarmarkCLI.run(["match", "--catalog", catalog, "--json", "--classify", tmp.path("clip.wav")], environment: env)
+        #expect(match.status == 0, "\(match)")
+        let m = try JSONSerialization.jsonObject(with: match.stdout) as! [String: Any]
+        let clipSound = m["sound"] as! [String: Any]
+        #expect(((clipSound["dominant"] as! [[String: Any]])[0]["label"] as? String) == "Music")
+        let plain = try EarmarkCLI.run(["match", "--catalog", catalog, "--json", tmp.path("clip.wav")], environment: env)
+        #expect((try JSONSerialization.jsonObject(with: plain.stdout) as! [String: Any])["sound"] is NSNull)
+
+        let listen = try EarmarkCLI.run(["listen", "--catalog", catalog, "--input", audio.speech[0].path, "--fast", "--json",
+                                         "--classify", "--duration", "6"], environment: env)
+        #expect(listen.status == 0, "\(listen)")
+        let events = listen.stdoutText.split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+        let sounds = events.filter { $0["event"] as? String == "sound" }
+        #expect(sounds.count >= 8)
+        let speechWindows = sounds.filter { (($0["labels"] as? [[String: Any]])?.first?["label"] as? String) == "Speech" }
+        #expect(speechWindows.count * 10 >= sounds.count * 7)
+    }
+}
