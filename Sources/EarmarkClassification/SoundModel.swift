@@ -61,7 +61,8 @@ struct TensorRef: Codable, Sendable {
 
 /// One layer as the header describes it.
 struct LayerSpec: Codable, Sendable {
-    enum Op: String, Codable, Sendable { case conv, depthwise, globalAveragePool, dense }
+    /// `denseFloat` is a float32 layer (a trained head) on the dequantised output of the layer before it.
+    enum Op: String, Codable, Sendable { case conv, depthwise, globalAveragePool, dense, denseFloat }
     var op: Op
     var inputChannels: Int
     var outputChannels: Int
@@ -70,9 +71,12 @@ struct LayerSpec: Codable, Sendable {
     var pads: [Int]?
     var weights: TensorRef?
     var bias: TensorRef?
-    var multiplier: TensorRef
-    var outputScale: Double
-    var outputZeroPoint: Int
+    /// Quantised layers only.
+    var multiplier: TensorRef?
+    var outputScale: Double?
+    var outputZeroPoint: Int?
+    /// `denseFloat` only: "relu" or "none".
+    var activation: String?
 }
 
 /// A label of a model's output.
@@ -81,6 +85,11 @@ public struct SoundLabel: Codable, Sendable, Equatable, Hashable {
     public var mid: String
     /// Display name, e.g. "Speech".
     public var name: String
+
+    public init(mid: String, name: String) {
+        self.mid = mid
+        self.name = name
+    }
 }
 
 struct ModelHeader: Codable, Sendable {
@@ -180,15 +189,16 @@ public struct SoundModel: Sendable {
         for (i, layer) in header.layers.enumerated() {
             // A pool's multiplier holds the number of positions it averages (sIn / (sOut · n)): a network
             // made for another patch size has a different n than the front end gives here.
-            if layer.op == .globalAveragePool, i > 0, let m = float32s(layer.multiplier).first, m > 0 {
-                let implied = header.layers[i - 1].outputScale / (layer.outputScale * Double(m))
+            if layer.op == .globalAveragePool, i > 0, let mt = layer.multiplier, let m = float32s(mt).first, m > 0,
+               let sIn = header.layers[i - 1].outputScale, let sOut = layer.outputScale {
+                let implied = sIn / (sOut * Double(m))
                 let actual = Double(shapes[i - 1].h * shapes[i - 1].w)
                 if abs(implied - actual) > 0.02 * actual {
                     throw SoundModelError(.inconsistent, String(format: "%@: the network was made for another input size (its pooling averages %.0f positions, a %d × %d patch gives %.0f)",
                                                                 fileName, implied, header.frontEnd.patchFrames, header.frontEnd.melBands, actual))
                 }
             }
-            if let b = layer.bias, int32s(b).contains(where: { abs(Int64($0)) >= 1 << 22 }) {
+            if let b = layer.bias, b.type == "int32", int32s(b).contains(where: { abs(Int64($0)) >= 1 << 22 }) {
                 throw SoundModelError(.inconsistent, "\(fileName): layer \(i) has a bias beyond ±2²² (not an int8 network this runtime can run exactly)")
             }
         }
@@ -226,22 +236,26 @@ public struct SoundModel: Sendable {
         guard !header.layers.isEmpty else { throw inconsistent("no layers") }
         var h = fe.patchFrames, w = fe.melBands, c = 1
         var shapes: [(h: Int, w: Int, c: Int)] = []
+        var floatSeen = false
         for (i, layer) in header.layers.enumerated() {
             let name = "layer \(i) (\(layer.op.rawValue))"
             guard layer.inputChannels == (layer.op == .dense ? h * w * c : c) else {
                 throw inconsistent("\(name) expects \(layer.inputChannels) input channels but gets \(layer.op == .dense ? h * w * c : c): the model was made for another input size")
             }
-            guard layer.outputChannels >= 1, layer.outputScale > 0, (0...255).contains(layer.outputZeroPoint) else {
-                throw inconsistent("\(name) has a bad output quantisation")
-            }
+            guard layer.outputChannels >= 1 else { throw inconsistent("\(name) has no outputs") }
+            if floatSeen, layer.op != .denseFloat { throw inconsistent("\(name): quantised layers cannot follow float ones") }
             func check(_ t: TensorRef?, _ type: String, _ count: Int, _ what: String) throws {
                 guard let t else { throw inconsistent("\(name) has no \(what)") }
                 guard t.type == type, t.count == count, let size = t.bytesPerElement, t.offset >= 0,
                       t.offset % 4 == 0, t.offset + t.count * size <= blobBytes
                 else { throw inconsistent("\(name): \(what) tensor does not fit (\(t.type) × \(t.count) at \(t.offset))") }
             }
-            let multiplierCount = layer.multiplier.count == 1 ? 1 : layer.outputChannels
-            try check(layer.multiplier, "float32", multiplierCount, "multiplier")
+            if layer.op != .denseFloat {
+                guard let scale = layer.outputScale, scale > 0, let zp = layer.outputZeroPoint, (0...255).contains(zp),
+                      let multiplier = layer.multiplier
+                else { throw inconsistent("\(name) has a bad output quantisation") }
+                try check(multiplier, "float32", multiplier.count == 1 ? 1 : layer.outputChannels, "multiplier")
+            }
             switch layer.op {
             case .conv, .depthwise:
                 guard let k = layer.kernel, let s = layer.stride, let p = layer.pads, k.count == 2, s.count == 2, p.count == 4,
@@ -260,6 +274,13 @@ public struct SoundModel: Sendable {
             case .dense:
                 try check(layer.weights, "int8", layer.outputChannels * layer.inputChannels, "weights")
                 try check(layer.bias, "int32", layer.outputChannels, "bias")
+                (h, w, c) = (1, 1, layer.outputChannels)
+            case .denseFloat:
+                guard i > 0 else { throw inconsistent("\(name) cannot be the first layer") }
+                try check(layer.weights, "float32", layer.outputChannels * layer.inputChannels, "weights")
+                try check(layer.bias, "float32", layer.outputChannels, "bias")
+                guard ["relu", "none"].contains(layer.activation ?? "none") else { throw inconsistent("\(name): unknown activation") }
+                floatSeen = true
                 (h, w, c) = (1, 1, layer.outputChannels)
             }
             shapes.append((h, w, c))

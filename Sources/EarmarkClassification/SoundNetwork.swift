@@ -11,7 +11,7 @@ import Foundation
 /// An instance owns scratch buffers and is not thread-safe; give each thread its own.
 public final class SoundNetwork {
     private struct Layer {
-        enum Kind { case conv, pointwise, depthwise, pool, dense }
+        enum Kind { case conv, pointwise, depthwise, pool, dense, denseFloat }
         var kind: Kind
         var inH: Int, inW: Int, inC: Int
         var outH: Int, outW: Int, outC: Int
@@ -25,6 +25,10 @@ public final class SoundNetwork {
         var multiplier: [Float]
         var lower: Float, upper: Float
         var outputScale: Float
+        /// denseFloat: float bias, whether ReLU follows, and the scale that dequantises its input (1 when already float).
+        var floatBias: [Float] = []
+        var relu = false
+        var inputScale: Float = 1
     }
 
     public let model: SoundModel
@@ -48,15 +52,21 @@ public final class SoundNetwork {
         var largest = h * w * c, largestColumns = 0
         for (i, spec) in header.layers.enumerated() {
             let shape = model.shapes[i]
-            var multiplier = model.float32s(spec.multiplier)
+            var multiplier = spec.multiplier.map(model.float32s) ?? [1]
             if multiplier.count == 1 { multiplier = Array(repeating: multiplier[0], count: spec.outputChannels) }
-            let zp = Float(spec.outputZeroPoint)
+            let zp = Float(spec.outputZeroPoint ?? 0)
             var layer = Layer(kind: .pool, inH: h, inW: w, inC: c, outH: shape.h, outW: shape.w, outC: shape.c,
-                              bias: spec.bias.map(model.int32s) ?? Array(repeating: 0, count: spec.outputChannels),
-                              multiplier: multiplier, lower: -zp, upper: 255 - zp, outputScale: Float(spec.outputScale))
+                              bias: spec.bias.flatMap { $0.type == "int32" ? model.int32s($0) : nil } ?? Array(repeating: 0, count: spec.outputChannels),
+                              multiplier: multiplier, lower: -zp, upper: 255 - zp, outputScale: Float(spec.outputScale ?? 1))
             layer.biasF = layer.bias.map { Float($0) }
-            let raw = spec.weights.map(model.int8s) ?? []
+            let raw = spec.weights.flatMap { $0.type == "int8" ? model.int8s($0) : nil } ?? []
             switch spec.op {
+            case .denseFloat:
+                layer.kind = .denseFloat
+                layer.weights = model.float32s(spec.weights!)
+                layer.floatBias = model.float32s(spec.bias!)
+                layer.relu = spec.activation == "relu"
+                layer.inputScale = header.layers[i - 1].op == .denseFloat ? 1 : Float(header.layers[i - 1].outputScale ?? 1)
             case .conv:
                 let (kh, kw) = (spec.kernel![0], spec.kernel![1])
                 layer.kh = kh; layer.kw = kw
@@ -146,6 +156,7 @@ public final class SoundNetwork {
             case .depthwise: depthwise(layer, count)
             case .pool: pool(layer, count)
             case .dense: dense(layer, count)
+            case .denseFloat: denseFloat(layer, count)
             }
             swap(&current, &next)
             if index == embeddingLayer {
@@ -295,6 +306,25 @@ public final class SoundNetwork {
             }
         }
         requantize(layer, pixels: count)
+    }
+
+    /// A float layer of a trained head: y = W·(s·x) + b, optionally ReLU; values stay real from here on.
+    private func denseFloat(_ layer: Layer, _ count: Int) {
+        current.withUnsafeBufferPointer { x in
+            layer.weights.withUnsafeBufferPointer { w in
+                next.withUnsafeMutableBufferPointer { y in
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(count), Int32(layer.outC), Int32(layer.inC),
+                                layer.inputScale, x.baseAddress, Int32(layer.inC), w.baseAddress, Int32(layer.inC), 0,
+                                y.baseAddress, Int32(layer.outC))
+                    for b in 0..<count {
+                        for k in 0..<layer.outC {
+                            let v = y[b * layer.outC + k] + layer.floatBias[k]
+                            y[b * layer.outC + k] = layer.relu ? max(0, v) : v
+                        }
+                    }
+                }
+            }
+        }
     }
 
     private func dense(_ layer: Layer, _ count: Int) {

@@ -105,3 +105,52 @@ struct ClassifyCLITests {
         #expect(speechWindows.count * 10 >= sounds.count * 7)
     }
 }
+
+@Suite("earmark train-classifier: a head of one's own labels on the model's embeddings")
+struct TrainClassifierCLITests {
+    @Test("trained on music and speech folders, the model labels unseen music and speech; bad folders fail cleanly")
+    func trainAndUse() throws {
+        let env: [String: String?] = ["EARMARK_MODEL": try TestModel.set().model.path]
+        let audio = try TestAudio.set()
+        let tmp = try TemporaryDirectory("train")
+        let fm = FileManager.default
+        for label in ["music", "speech"] { try fm.createDirectory(at: tmp.file("sounds/\(label)"), withIntermediateDirectories: true) }
+        // 30 s of each of four tracks and 40 s of speech keep the (debug-build) test short.
+        for stem in ["pingus-4", "pingus-5", "sorcerer", "goin_march"] {
+            try Fixtures.cut(try audio.reference(stem), start: 20, seconds: 30, to: tmp.file("sounds/music/\(stem).wav"))
+        }
+        let heldOutSpeech = audio.speech[1]
+        try Fixtures.cut(audio.speech[0], start: 0, seconds: 40, to: tmp.file("sounds/speech/prompts.wav"))
+        let model = tmp.path("mine.emodel")
+        let train = try EarmarkCLI.run(["train-classifier", tmp.path("sounds"), "-o", model, "--json"], environment: env, timeout: 600)
+        #expect(train.status == 0, "\(train)")
+        let report = try JSONSerialization.jsonObject(with: train.stdout) as! [String: Any]
+        #expect((report["trainingAccuracy"] as! Double) > 0.95)
+        #expect((report["labels"] as! [[String: Any]]).map { $0["label"] as! String } == ["music", "speech"])
+
+        try Fixtures.cut(audio.negative[0], start: 30, seconds: 30, to: tmp.file("other-1.wav"))
+        try Fixtures.cut(audio.negative[1], start: 30, seconds: 30, to: tmp.file("other-2.wav"))
+        let out = try EarmarkCLI.run(["classify", "--model", model, "--json", heldOutSpeech.path, tmp.path("other-1.wav"), tmp.path("other-2.wav")])
+        #expect(out.status == 0, "\(out)")
+        let reports = try JSONSerialization.jsonObject(with: out.stdout) as! [[String: Any]]
+        func leading(_ r: [String: Any]) -> (String, Double) {
+            let d = ((r["summary"] as! [String: Any])["dominant"] as! [[String: Any]])[0]
+            return (d["label"] as! String, d["share"] as! Double)
+        }
+        #expect(leading(reports[0]).0 == "speech" && leading(reports[0]).1 > 0.8, "\(leading(reports[0]))")
+        for r in reports.dropFirst() { #expect(leading(r).0 == "music" && leading(r).1 > 0.8, "\(leading(r))") }
+        // Its speech label drives speech activity too.
+        #expect(!((reports[0]["summary"] as! [String: Any])["speech"] as! [Any]).isEmpty)
+
+        // Refusals: existing output, one label only, a folder without audio.
+        #expect(try EarmarkCLI.run(["train-classifier", tmp.path("sounds"), "-o", model], environment: env).status == 2)
+        try fm.createDirectory(at: tmp.file("one/music"), withIntermediateDirectories: true)
+        let one = try EarmarkCLI.run(["train-classifier", tmp.path("one"), "-o", tmp.path("x.emodel")], environment: env)
+        #expect(one.status == 2)
+        #expect(one.stderrText.contains("at least two label"))
+        try fm.createDirectory(at: tmp.file("one/empty"), withIntermediateDirectories: true)
+        let empty = try EarmarkCLI.run(["train-classifier", tmp.path("one"), "-o", tmp.path("x.emodel")], environment: env)
+        #expect(empty.status == 2)
+        #expect(!fm.fileExists(atPath: tmp.path("x.emodel")))
+    }
+}
