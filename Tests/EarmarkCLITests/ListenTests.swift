@@ -206,13 +206,14 @@ struct MatchAnalysisTests {
 
 @Suite("earmark catalog: stored analysis")
 struct StoredAnalysisTests {
-    @Test("catalog add --analyze stores each track's loudness (info shows it); remove deletes it; without it nothing is stored")
+    @Test("catalog add --analyze stores each track's loudness and sound classification (info shows them); remove deletes them; without it nothing is stored")
     func storedLoudness() async throws {
         let audio = try TestAudio.set()
         let dir = try TemporaryDirectory("analysis")
         let catalog = dir.path("a.earcat")
         let track = try audio.reference("pingus-6")
-        let add = try EarmarkCLI.run(["catalog", "add", "--analyze", "--catalog", catalog, track.path])
+        let add = try EarmarkCLI.run(["catalog", "add", "--analyze", "--catalog", catalog, track.path],
+                                     environment: ["EARMARK_MODEL": try TestModel.set().model.path])
         #expect(add.status == 0, "\(add)")
         let info = try EarmarkCLI.run(["catalog", "info", "1", "--catalog", catalog, "--json"])
         let object = try #require(try json(info) as? [String: Any], "\(info)")
@@ -224,10 +225,19 @@ struct StoredAnalysisTests {
         let text = try EarmarkCLI.run(["catalog", "info", "1", "--catalog", catalog])
         #expect(text.stdoutText.contains("loudness:") && text.stdoutText.contains("LUFS integrated"), "\(text)")
 
-        #expect(try Run.sqlite(catalog, "SELECT count(*) FROM track_analysis").trimmingCharacters(in: .whitespacesAndNewlines) == "1")
+        #expect(try Run.sqlite(catalog, "SELECT group_concat(kind) FROM (SELECT kind FROM track_analysis ORDER BY kind)")
+            .trimmingCharacters(in: .whitespacesAndNewlines) == "loudness,sound")
         let removed = try EarmarkCLI.run(["catalog", "remove", "1", "--catalog", catalog])
         #expect(removed.status == 0, "\(removed)")
         #expect(try Run.sqlite(catalog, "SELECT count(*) FROM track_analysis").trimmingCharacters(in: .whitespacesAndNewlines) == "0")
+
+        // Without a model, --analyze still stores loudness and says that sound classification was skipped.
+        let noModel = dir.path("no-model.earcat")
+        let skipped = try EarmarkCLI.run(["catalog", "add", "--analyze", "--catalog", noModel, track.path],
+                                         environment: ["EARMARK_MODEL": dir.path("absent.emodel")])
+        #expect(skipped.status == 0, "\(skipped)")
+        #expect(skipped.stderrText.contains("sound classification skipped"))
+        #expect(try Run.sqlite(noModel, "SELECT group_concat(kind) FROM track_analysis").trimmingCharacters(in: .whitespacesAndNewlines) == "loudness")
 
         let plain = dir.path("plain.earcat")
         #expect(try EarmarkCLI.run(["catalog", "add", "--catalog", plain, track.path]).status == 0)
