@@ -11,7 +11,7 @@ import Foundation
 /// An instance owns scratch buffers and is not thread-safe; give each thread its own.
 public final class SoundNetwork {
     private struct Layer {
-        enum Kind { case conv, pointwise, depthwise, pool, dense, denseFloat }
+        enum Kind { case conv, pointwise, depthwise, pool, denseFloat }
         var kind: Kind
         var inH: Int, inW: Int, inC: Int
         var outH: Int, outW: Int, outC: Int
@@ -74,12 +74,7 @@ public final class SoundNetwork {
                 layer.padTop = spec.pads![0]; layer.padLeft = spec.pads![1]
                 if kh == 1, kw == 1, layer.sh == 1, layer.sw == 1, spec.pads!.allSatisfy({ $0 == 0 }) {
                     layer.kind = .pointwise
-                    // [out][in] → [in][out]: X·W with neither operand transposed packs fastest in OpenBLAS.
-                    var wts = [Float](repeating: 0, count: raw.count)
-                    for o in 0..<spec.outputChannels {
-                        for i in 0..<c { wts[i * spec.outputChannels + o] = Float(raw[o * c + i]) }
-                    }
-                    layer.weights = wts
+                    layer.weights = SoundNetwork.transposed(raw, outputs: spec.outputChannels, inputs: c)
                 } else {
                     layer.kind = .conv
                     // OIHW → O·(ky, kx, ci), the order of an im2col row of an HWC map.
@@ -111,8 +106,9 @@ public final class SoundNetwork {
             case .globalAveragePool:
                 layer.kind = .pool
             case .dense:
-                layer.kind = .dense
-                layer.weights = raw.map { Float($0) }
+                // A dense layer on the pooled 1 × 1 map is a 1 × 1 convolution.
+                layer.kind = .pointwise
+                layer.weights = SoundNetwork.transposed(raw, outputs: spec.outputChannels, inputs: spec.inputChannels)
             }
             layers.append(layer)
             (h, w, c) = shape
@@ -128,6 +124,15 @@ public final class SoundNetwork {
         inputScale = Float(header.input.scale)
         inputZeroPoint = Float(header.input.zeroPoint)
         openblas_set_num_threads(1)
+    }
+
+    /// [out][in] int8 → [in][out] Float: X·W with neither operand transposed packs fastest in OpenBLAS.
+    static func transposed(_ raw: [Int8], outputs: Int, inputs: Int) -> [Float] {
+        var w = [Float](repeating: 0, count: raw.count)
+        for o in 0..<outputs {
+            for i in 0..<inputs { w[i * outputs + o] = Float(raw[o * inputs + i]) }
+        }
+        return w
     }
 
     /// Quantises a log-mel patch (frames × bands, row = frame) to the network's uint8 input codes.
@@ -155,7 +160,6 @@ public final class SoundNetwork {
             case .pointwise: pointwise(layer, count)
             case .depthwise: depthwise(layer, count)
             case .pool: pool(layer, count)
-            case .dense: dense(layer, count)
             case .denseFloat: denseFloat(layer, count)
             }
             swap(&current, &next)
@@ -327,15 +331,4 @@ public final class SoundNetwork {
         }
     }
 
-    private func dense(_ layer: Layer, _ count: Int) {
-        current.withUnsafeBufferPointer { x in
-            layer.weights.withUnsafeBufferPointer { w in
-                next.withUnsafeMutableBufferPointer { y in
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(count), Int32(layer.outC), Int32(layer.inC),
-                                1, x.baseAddress, Int32(layer.inC), w.baseAddress, Int32(layer.inC), 0, y.baseAddress, Int32(layer.outC))
-                }
-            }
-        }
-        requantize(layer, pixels: count)
-    }
 }
