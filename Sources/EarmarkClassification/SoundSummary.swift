@@ -118,34 +118,41 @@ public struct SpeechActivity: Sendable {
 
     /// Speech ranges over a sequence of windows (in time order).
     public func ranges(_ windows: [SoundWindow]) -> [TimeRange] {
-        var raw: [TimeRange] = []
-        var open: TimeRange?
-        for w in windows {
-            let s = score(w)
-            if var r = open {
-                if s >= offset {
-                    r.end = w.start + w.duration
-                    open = r
-                } else {
-                    raw.append(r)
-                    open = nil
-                }
-            } else if s >= onset {
-                open = TimeRange(start: w.start, end: w.start + w.duration)
-            }
-        }
-        if let r = open { raw.append(r) }
-        var merged: [TimeRange] = []
-        for r in raw {
-            if var last = merged.last, r.start - last.end <= bridge {
-                last.end = max(last.end, r.end)
-                merged[merged.count - 1] = last
-            } else {
-                merged.append(r)
-            }
-        }
-        return merged.filter { $0.duration >= minimumDuration }
+        hysteresisRanges(windows.map { ($0.start, $0.start + $0.duration, score($0)) }, onset: onset, offset: offset,
+                         bridge: bridge, minimumDuration: minimumDuration)
     }
+}
+
+/// Ranges where `values` (time-ordered spans with a level) rise to `onset` and stay at or above `offset`;
+/// ranges closer than `bridge` seconds are joined, those shorter than `minimumDuration` dropped.
+func hysteresisRanges(_ values: [(start: Double, end: Double, value: Double)], onset: Double, offset: Double,
+                      bridge: Double, minimumDuration: Double) -> [TimeRange] {
+    var raw: [TimeRange] = []
+    var open: TimeRange?
+    for v in values {
+        if var r = open {
+            if v.value >= offset {
+                r.end = v.end
+                open = r
+            } else {
+                raw.append(r)
+                open = nil
+            }
+        } else if v.value >= onset {
+            open = TimeRange(start: v.start, end: v.end)
+        }
+    }
+    if let r = open { raw.append(r) }
+    var merged: [TimeRange] = []
+    for r in raw {
+        if var last = merged.last, r.start - last.end <= bridge {
+            last.end = max(last.end, r.end)
+            merged[merged.count - 1] = last
+        } else {
+            merged.append(r)
+        }
+    }
+    return merged.filter { $0.duration >= minimumDuration }
 }
 
 extension SoundModel {

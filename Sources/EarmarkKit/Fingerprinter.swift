@@ -19,6 +19,8 @@ public struct FingerprintedFile: Sendable {
     public var loudness: LoudnessResult? = nil
     /// Sound classification of the whole file, when asked for.
     public var sound: SoundAnalysis? = nil
+    /// Instrument activity from the same classification (AudioSet models only).
+    public var instruments: InstrumentActivity? = nil
 }
 
 /// Decodes audio files into signatures in one streaming pass.
@@ -63,12 +65,15 @@ extension Fingerprinter {
         let meter = loudness ? try LoudnessMeter(sampleRate: reader.sampleRate, channels: reader.channels) : nil
         let classifier = try sound.map { try SoundClassificationStream(model: $0) }
         var windows: [SoundWindow] = []
-        func analyses() -> (LoudnessResult?, SoundAnalysis?) {
+        func analyses() -> (LoudnessResult?, SoundAnalysis?, InstrumentActivity?) {
             windows += classifier?.finish() ?? []
             let analysis = classifier.map {
                 SoundAnalysis(windows: windows, duration: $0.duration, model: $0.model, options: $0.options)
             }
-            return (meter?.result(), analysis)
+            let instruments = classifier.flatMap {
+                InstrumentActivity.supports($0.model) ? try? InstrumentActivity(windows: windows, duration: $0.duration, model: $0.model) : nil
+            }
+            return (meter?.result(), analysis, instruments)
         }
         if reader.decoder == .ffmpeg {
             // ffmpeg's own mono downmix made every fingerprint of such files so far; keep it, and analyse
@@ -78,7 +83,7 @@ extension Fingerprinter {
                 meter?.append(buffer.samples)
                 windows += try classifier?.append(buffer) ?? []
             }
-            (f.loudness, f.sound) = analyses()
+            (f.loudness, f.sound, f.instruments) = analyses()
             return f
         }
         let resampler = try Resampler(inputRate: reader.sampleRate)
@@ -98,9 +103,9 @@ extension Fingerprinter {
         }
         guard frames > 0 else { throw AudioError(.empty, "no audio samples in file", path: path) }
         try feed(resampler.flush())
-        let (l, s) = analyses()
+        let (l, s, i) = analyses()
         return FingerprintedFile(path: path, signature: generator.signature(), contentHash: digest ? hasher.finalizeHex() : "",
-                                 decoder: reader.decoder, loudness: l, sound: s)
+                                 decoder: reader.decoder, loudness: l, sound: s, instruments: i)
     }
 }
 

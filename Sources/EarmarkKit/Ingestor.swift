@@ -156,6 +156,10 @@ public struct Ingestor: Sendable {
             if let sound = file.sound {
                 analyses.append(TrackAnalysis(kind: SoundAnalysis.kind, version: SoundAnalysis.version, json: try encoder.encode(sound)))
             }
+            if let instruments = file.instruments {
+                analyses.append(TrackAnalysis(kind: InstrumentActivity.kind, version: InstrumentActivity.version,
+                                              json: try encoder.encode(InstrumentSummary(instruments))))
+            }
             switch try catalog.add(new, landmarks: landmarks, peaks: file.signature.peaks, analyses: analyses) {
             case .added(let t):
                 return IngestOutcome(path: path, status: .added, track: t, error: nil, audioSeconds: file.signature.duration)

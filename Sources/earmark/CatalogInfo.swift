@@ -43,6 +43,10 @@ struct CatalogInfoCommand: AsyncParsableCommand {
                     let speech = s.speech.isEmpty ? "no speech" : "speech \(Int((s.speechShare * 100).rounded())) % of the time"
                     print(pad("sound:", 11) + " " + s.summaryText + "; " + speech)
                 }
+                for a in analyses where a.kind == InstrumentActivity.kind {
+                    guard let s = try? JSONDecoder().decode(InstrumentSummary.self, from: a.json) else { continue }
+                    print(pad("instruments:", 11) + " " + s.summaryText)
+                }
             }
         }
     }

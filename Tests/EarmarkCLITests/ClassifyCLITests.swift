@@ -154,3 +154,38 @@ struct TrainClassifierCLITests {
         #expect(!fm.fileExists(atPath: tmp.path("x.emodel")))
     }
 }
+
+@Suite("earmark analyze: instrument activity from the classifier")
+struct InstrumentActivityCLITests {
+    @Test("a brass march has brass active with a 0…1 curve per window; speech has no instrument; silence none")
+    func instruments() throws {
+        let env: [String: String?] = ["EARMARK_MODEL": try TestModel.set().model.path]
+        let audio = try TestAudio.set()
+        let tmp = try TemporaryDirectory("instruments")
+        try WAVFile.write([Float](repeating: 0, count: 44_100 * 4), to: tmp.file("silence.wav"))
+        let out = try EarmarkCLI.run(["analyze", "--only", "instruments", "--json", try audio.reference("goin_march").path,
+                                      audio.speech[0].path, tmp.path("silence.wav")], environment: env)
+        #expect(out.status == 0, "\(out)")
+        let reports = try JSONSerialization.jsonObject(with: out.stdout) as! [[String: Any]]
+        func families(_ r: [String: Any]) -> [String: [String: Any]] {
+            let list = (r["instruments"] as! [String: Any])["families"] as! [[String: Any]]
+            return Dictionary(uniqueKeysWithValues: list.map { ($0["family"] as! String, $0) })
+        }
+        func activeSeconds(_ f: [String: Any]) -> Double {
+            (f["activeRanges"] as! [[String: Double]]).reduce(0) { $0 + $1["end"]! - $1["start"]! }
+        }
+        let march = families(reports[0])
+        #expect(march.count == 9)
+        #expect(reports[0]["loudness"] is NSNull)
+        let brass = try #require(march["brass"])
+        #expect(activeSeconds(brass) >= 10, "\(brass["activeRanges"]!)")
+        let curve = brass["activity"] as! [[String: Double]]
+        #expect(curve.count >= 190)
+        #expect(curve.allSatisfy { (0...1).contains($0["value"]!) && $0["end"]! > $0["start"]! })
+        for (name, f) in families(reports[1]) { #expect(activeSeconds(f) < 5, "speech: \(name) active") }
+        for (name, f) in families(reports[2]) { #expect(activeSeconds(f) == 0, "silence: \(name) active") }
+        let text = try EarmarkCLI.run(["analyze", try audio.reference("goin_march").path], environment: env)
+        #expect(text.stdoutText.contains("instruments: brass"), "\(text.stdoutText)")
+        #expect(text.stdoutText.contains("LUFS integrated"))
+    }
+}

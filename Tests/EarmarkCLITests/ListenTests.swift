@@ -226,7 +226,7 @@ struct StoredAnalysisTests {
         #expect(text.stdoutText.contains("loudness:") && text.stdoutText.contains("LUFS integrated"), "\(text)")
 
         #expect(try Run.sqlite(catalog, "SELECT group_concat(kind) FROM (SELECT kind FROM track_analysis ORDER BY kind)")
-            .trimmingCharacters(in: .whitespacesAndNewlines) == "loudness,sound")
+            .trimmingCharacters(in: .whitespacesAndNewlines) == "instruments,loudness,sound")
         let removed = try EarmarkCLI.run(["catalog", "remove", "1", "--catalog", catalog])
         #expect(removed.status == 0, "\(removed)")
         #expect(try Run.sqlite(catalog, "SELECT count(*) FROM track_analysis").trimmingCharacters(in: .whitespacesAndNewlines) == "0")
