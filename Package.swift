@@ -31,7 +31,7 @@ let package = Package(
         .target(name: "EarmarkCatalog", dependencies: ["CSQLite3", "EarmarkSignature"]),
         .target(name: "EarmarkMatching", dependencies: ["EarmarkSignature", "EarmarkCatalog"]),
         .target(name: "EarmarkStreaming", dependencies: ["EarmarkAudio", "EarmarkMatching"]),
-        .target(name: "EarmarkAnalysis", dependencies: ["CEBUR128", "EarmarkAudio"]),
+        .target(name: "EarmarkAnalysis", dependencies: ["CEBUR128", "EarmarkAudio", "EarmarkDSP"]),
         .target(name: "EarmarkClassification", dependencies: ["COpenBLAS", "EarmarkAudio", "EarmarkDSP"]),
         .target(name: "EarmarkKit", dependencies: [
             "EarmarkAudio", "EarmarkSignature", "EarmarkCatalog", "EarmarkMatching", "EarmarkStreaming", "EarmarkAnalysis",
@@ -43,6 +43,7 @@ let package = Package(
         .executableTarget(name: "earmark-bench", dependencies: ["EarmarkKit"]),
         .executableTarget(name: "earmark-listen-bench", dependencies: ["EarmarkKit"]),
         .executableTarget(name: "earmark-classify-bench", dependencies: ["EarmarkKit"]),
+        .executableTarget(name: "earmark-music-bench", dependencies: ["EarmarkKit"]),
         .target(name: "EarmarkTestSupport", dependencies: ["EarmarkKit"], path: "Tests/EarmarkTestSupport"),
 
         .testTarget(name: "EarmarkAudioTests", dependencies: ["EarmarkAudio", "EarmarkTestSupport"]),

@@ -44,7 +44,7 @@ public struct Ingestor: Sendable {
     public var workers: Int
     /// Seconds to wait for another process's write lock.
     public var busyTimeout: Double
-    /// Whether each file's music metadata (so far: loudness) is measured in the same decoding pass and
+    /// Whether each file's loudness (and, with `soundModel`, its sound classification and instrument activity) is measured in the same decoding pass and
     /// stored with the track. Default false: it makes indexing about three times slower.
     public var analyze: Bool
     /// With `analyze`, each file is also classified with this model (stored as kind `sound`).

@@ -1,0 +1,274 @@
+import EarmarkAudio
+import EarmarkDSP
+import Foundation
+
+/// A musical key: tonic pitch class with its spelling, and mode.
+public struct MusicalKey: Codable, Sendable, Equatable, Hashable, CustomStringConvertible {
+    public enum Mode: String, Codable, Sendable { case major, minor }
+    /// Pitch class of the tonic, 0 = C … 11 = B.
+    public var pitchClass: Int
+    public var mode: Mode
+
+    public init(pitchClass: Int, mode: Mode) {
+        self.pitchClass = ((pitchClass % 12) + 12) % 12
+        self.mode = mode
+    }
+
+    /// The tonic as spelled in the usual key signature (one of Apple's 17 spellings): flats for
+    /// F, Bb, Eb, Ab, Db major and their relative minors, sharps otherwise (F# major, Eb minor).
+    public var tonic: String {
+        let major = ["C", "Db", "D", "Eb", "E", "F", "F#", "G", "Ab", "A", "Bb", "B"]
+        let minor = ["C", "C#", "D", "Eb", "E", "F", "F#", "G", "G#", "A", "Bb", "B"]
+        return mode == .major ? major[pitchClass] : minor[pitchClass]
+    }
+
+    public var description: String { "\(tonic) \(mode.rawValue)" }
+
+    /// Parses "C#", "Db", "Bb" … (any of the 17 spellings, also "B#", "Cb", "E#", "Fb") to a pitch class.
+    public static func pitchClass(of spelling: String) -> Int? {
+        guard let letter = spelling.first, let base = ["C": 0, "D": 2, "E": 4, "F": 5, "G": 7, "A": 9, "B": 11][String(letter).uppercased()] else {
+            return nil
+        }
+        var pc = base
+        for c in spelling.dropFirst() {
+            switch c {
+            case "#", "♯": pc += 1
+            case "b", "♭", "-": pc -= 1
+            default: return nil
+            }
+        }
+        return ((pc % 12) + 12) % 12
+    }
+
+    /// The MIREX key-detection score of `self` as an estimate of `truth`: 1 same key, 0.5 a perfect fifth
+    /// away in the same mode, 0.3 relative major/minor, 0.2 parallel major/minor, else 0.
+    public func mirexScore(against truth: MusicalKey) -> Double {
+        if self == truth { return 1 }
+        if mode == truth.mode, (pitchClass - truth.pitchClass + 12) % 12 == 7 || (truth.pitchClass - pitchClass + 12) % 12 == 7 { return 0.5 }
+        if mode != truth.mode {
+            let relative = truth.mode == .major ? (truth.pitchClass + 9) % 12 : (truth.pitchClass + 3) % 12
+            if pitchClass == relative { return 0.3 }
+            if pitchClass == truth.pitchClass { return 0.2 }
+        }
+        return 0
+    }
+}
+
+/// A key over a time range.
+public struct KeyRange: Codable, Sendable, Equatable {
+    public var start: Double
+    public var end: Double
+    public var tonic: String
+    public var mode: MusicalKey.Mode
+}
+
+/// Key analysis of a piece: the overall key and the keys over time (modulations).
+public struct KeyResult: Codable, Sendable, Equatable {
+    public static let kind = "key"
+    public static let version = 1
+
+    public var tonic: String
+    public var mode: MusicalKey.Mode
+    /// Correlation of the piece's chroma with the chosen key profile (−1…1), and the margin over the runner-up.
+    public var strength: Double
+    public var margin: Double
+    public var ranges: [KeyRange]
+    public var duration: Double
+
+    public var key: MusicalKey { MusicalKey(pitchClass: MusicalKey.pitchClass(of: tonic) ?? 0, mode: mode) }
+}
+
+/// Estimates the key from a chromagram: 44.1 kHz mono in, an FFT chroma (log-compressed spectral
+/// peaks folded onto pitch classes, tuning estimated from the peaks), correlated with major and minor
+/// key profiles; over time, windowed key scores decoded with a switching penalty (Viterbi) give the
+/// key ranges. Feed audio with ``append(_:)``, then call ``result()``.
+public final class KeyDetector {
+    public static let sampleRate = 11_025.0
+    static let fftSize = 4096
+    static let hop = 2048
+    /// Pitch range folded into the chroma, MIDI notes (A1 … C7).
+    static let lowestNote = 33.0, highestNote = 96.0
+
+    private let resampler: Resampler
+    private let fft = FFTPlan(size: KeyDetector.fftSize)
+    private let window = Window.hann(KeyDetector.fftSize)
+    private var pending: [Float] = []
+    private var power: [Float]
+    /// Per frame: the spectral peaks (fractional MIDI note, log magnitude).
+    private var framePeaks: [[(note: Double, weight: Double)]] = []
+    private var frameEnergy: [Double] = []
+    private var samplesIn = 0
+
+    public init(inputRate: Double = AudioConstants.sampleRate) throws {
+        resampler = try Resampler(inputRate: inputRate, outputRate: KeyDetector.sampleRate)
+        power = [Float](repeating: 0, count: KeyDetector.fftSize / 2 + 1)
+    }
+
+    /// Appends mono samples at the rate given to `init`.
+    public func append(_ samples: [Float]) {
+        feed(resampler.process(samples))
+    }
+
+    private func feed(_ samples: [Float]) {
+        samplesIn += samples.count
+        pending += samples
+        let n = KeyDetector.fftSize, hop = KeyDetector.hop
+        var start = 0
+        let binHz = KeyDetector.sampleRate / Double(n)
+        let lowBin = Int(440 * pow(2, (KeyDetector.lowestNote - 69) / 12) / binHz)
+        let highBin = min(n / 2 - 1, Int(440 * pow(2, (KeyDetector.highestNote - 69) / 12) / binHz) + 1)
+        while start + n <= pending.count {
+            pending.withUnsafeBufferPointer { p in
+                power.withUnsafeMutableBufferPointer { pw in
+                    fft.powerSpectrum(frame: p.baseAddress! + start, window: window, bins: 0..<(n / 2 + 1), into: pw.baseAddress!)
+                }
+            }
+            var energy = 0.0
+            for k in lowBin...highBin { energy += Double(power[k]) }
+            var peaks: [(Double, Double)] = []
+            for k in max(1, lowBin)...highBin where power[k] > power[k - 1] && power[k] >= power[k + 1] && power[k] > 1e-10 {
+                // Parabolic interpolation of the peak on log power gives its frequency within a fraction of a bin.
+                let a = log(Double(power[k - 1]) + 1e-20), b = log(Double(power[k]) + 1e-20), c = log(Double(power[k + 1]) + 1e-20)
+                let denom = a - 2 * b + c
+                let delta = denom < 0 ? 0.5 * (a - c) / denom : 0
+                let f = (Double(k) + delta) * binHz
+                let note = 69 + 12 * log2(f / 440)
+                guard note >= KeyDetector.lowestNote, note <= KeyDetector.highestNote else { continue }
+                peaks.append((note, Double(power[k])))
+            }
+            // Keep the strong peaks only (within 40 dB of the frame's strongest): noise adds no pitch.
+            let strongest = peaks.map(\.1).max() ?? 0
+            framePeaks.append(peaks.filter { $0.1 >= strongest * 1e-4 }.map { (note: $0.0, weight: log1p($0.1 / max(strongest, 1e-20) * 1e4)) })
+            frameEnergy.append(energy)
+            start += hop
+        }
+        if start > 0 { pending.removeFirst(start) }
+    }
+
+    /// Major and minor key profiles (Temperley's, from the Kostka–Payne corpus), tonic first.
+    static let majorProfile: [Double] = [5.0, 2.0, 3.5, 2.0, 4.5, 4.0, 2.0, 4.5, 2.0, 3.5, 1.5, 4.0]
+    static let minorProfile: [Double] = [5.0, 2.0, 3.5, 4.5, 2.0, 4.0, 2.0, 4.5, 3.5, 2.0, 1.5, 4.0]
+
+    /// Pearson correlation of a chroma vector with the 24 keys' profiles (0–11 major C…B, 12–23 minor).
+    static func keyScores(_ chroma: [Double]) -> [Double] {
+        func correlation(_ x: [Double], _ y: [Double]) -> Double {
+            let mx = x.reduce(0, +) / 12, my = y.reduce(0, +) / 12
+            var sxy = 0.0, sxx = 0.0, syy = 0.0
+            for i in 0..<12 {
+                sxy += (x[i] - mx) * (y[i] - my)
+                sxx += (x[i] - mx) * (x[i] - mx)
+                syy += (y[i] - my) * (y[i] - my)
+            }
+            return sxx > 0 && syy > 0 ? sxy / (sxx * syy).squareRoot() : 0
+        }
+        var out: [Double] = []
+        for profile in [majorProfile, minorProfile] {
+            for tonic in 0..<12 {
+                let rotated = (0..<12).map { profile[(($0 - tonic) % 12 + 12) % 12] }
+                out.append(correlation(chroma, rotated))
+            }
+        }
+        return out
+    }
+
+    /// The global tuning offset in semitones (−0.5…0.5): the circular mean of the peaks' deviations from equal temperament.
+    private func tuning() -> Double {
+        var x = 0.0, y = 0.0
+        for frame in framePeaks {
+            for p in frame {
+                let angle = 2 * Double.pi * (p.note - p.note.rounded())
+                x += p.weight * cos(angle)
+                y += p.weight * sin(angle)
+            }
+        }
+        return x == 0 && y == 0 ? 0 : atan2(y, x) / (2 * Double.pi)
+    }
+
+    private func chroma(frames: Range<Int>, tuning: Double) -> [Double] {
+        var c = [Double](repeating: 0, count: 12)
+        for f in frames {
+            for p in framePeaks[f] {
+                let note = p.note - tuning
+                let nearest = note.rounded()
+                // Peaks far from any semitone (noise, inharmonic partials) count less.
+                let closeness = max(0, 1 - 2 * abs(note - nearest))
+                c[((Int(nearest) % 12) + 12) % 12] += p.weight * closeness
+            }
+        }
+        return c
+    }
+
+    /// The key of everything appended, and the key ranges over time.
+    public func result() -> KeyResult? {
+        feed(resampler.flush())
+        let duration = Double(samplesIn) / KeyDetector.sampleRate
+        guard !framePeaks.isEmpty else { return nil }
+        let t = tuning()
+        let global = chroma(frames: 0..<framePeaks.count, tuning: t)
+        guard global.reduce(0, +) > 0 else { return nil }
+        let scores = KeyDetector.keyScores(global)
+        let order = scores.indices.sorted { scores[$0] > scores[$1] }
+        let best = order[0]
+        let key = MusicalKey(pitchClass: best % 12, mode: best < 12 ? .major : .minor)
+
+        // Key over time: 8-s windows every 2 s, Viterbi over the 24 keys with a penalty for changing.
+        let frameSeconds = Double(KeyDetector.hop) / KeyDetector.sampleRate
+        let windowFrames = max(1, Int(8 / frameSeconds)), stepFrames = max(1, Int(2 / frameSeconds))
+        var windowScores: [[Double]] = []
+        var starts: [Int] = []
+        var s = 0
+        repeat {
+            let range = s..<min(framePeaks.count, s + windowFrames)
+            let c = chroma(frames: range, tuning: t)
+            windowScores.append(c.reduce(0, +) > 0 ? KeyDetector.keyScores(c) : scores)
+            starts.append(s)
+            s += stepFrames
+        } while s + windowFrames / 2 < framePeaks.count
+        let path = KeyDetector.viterbi(windowScores, prior: scores, switchPenalty: 0.6)
+        var ranges: [KeyRange] = []
+        for (i, k) in path.enumerated() {
+            let start = i == 0 ? 0 : (Double(starts[i]) + Double(windowFrames) / 2 - Double(stepFrames) / 2) * frameSeconds
+            let mk = MusicalKey(pitchClass: k % 12, mode: k < 12 ? .major : .minor)
+            if let last = ranges.last, last.tonic == mk.tonic, last.mode == mk.mode { continue }
+            if !ranges.isEmpty { ranges[ranges.count - 1].end = start }
+            ranges.append(KeyRange(start: start, end: duration, tonic: mk.tonic, mode: mk.mode))
+        }
+        return KeyResult(tonic: key.tonic, mode: key.mode, strength: scores[best], margin: scores[best] - scores[order[1]],
+                         ranges: ranges, duration: duration)
+    }
+
+    /// The most likely key sequence: per-window correlations as scores, a constant penalty per change,
+    /// and the global key's score as a small prior on every window.
+    static func viterbi(_ windows: [[Double]], prior: [Double], switchPenalty: Double) -> [Int] {
+        guard !windows.isEmpty else { return [] }
+        var score = windows[0].enumerated().map { $0.element + 0.5 * prior[$0.offset] }
+        var back: [[Int]] = []
+        for w in windows.dropFirst() {
+            let bestPrev = score.indices.max { score[$0] < score[$1] }!
+            var next = [Double](repeating: 0, count: 24)
+            var from = [Int](repeating: 0, count: 24)
+            for k in 0..<24 {
+                let stay = score[k], change = score[bestPrev] - switchPenalty
+                (next[k], from[k]) = stay >= change ? (stay, k) : (change, bestPrev)
+                next[k] += w[k] + 0.5 * prior[k]
+            }
+            back.append(from)
+            score = next
+        }
+        var k = score.indices.max { score[$0] < score[$1] }!
+        var path = [k]
+        for b in back.reversed() {
+            k = b[k]
+            path.append(k)
+        }
+        return path.reversed()
+    }
+
+    /// Reads a file (any rate and channel count) and returns its key.
+    public static func analyze(path: String) throws -> KeyResult? {
+        let reader = try MultichannelFileReader(path: path)
+        let detector = try KeyDetector(inputRate: reader.sampleRate)
+        while let b = try reader.next() { detector.append(b.channels == 1 ? b.samples : b.mono) }
+        return detector.result()
+    }
+}
