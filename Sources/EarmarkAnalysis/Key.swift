@@ -145,6 +145,9 @@ public final class KeyDetector {
         if start > 0 { pending.removeFirst(start) }
     }
 
+    /// Below this correlation with the best key profile the audio has no key.
+    public static let minimumStrength = 0.35
+
     /// Major and minor key profiles (Temperley's, from the Kostka–Payne corpus), tonic first.
     static let majorProfile: [Double] = [5.0, 2.0, 3.5, 2.0, 4.5, 4.0, 2.0, 4.5, 2.0, 3.5, 1.5, 4.0]
     static let minorProfile: [Double] = [5.0, 2.0, 3.5, 4.5, 2.0, 4.0, 2.0, 4.5, 3.5, 2.0, 1.5, 4.0]
@@ -209,6 +212,8 @@ public final class KeyDetector {
         let scores = KeyDetector.keyScores(global)
         let order = scores.indices.sorted { scores[$0] > scores[$1] }
         let best = order[0]
+        // Speech, noise and unpitched percussion fit no key profile well: no key rather than a guess.
+        guard scores[best] >= KeyDetector.minimumStrength else { return nil }
         let key = MusicalKey(pitchClass: best % 12, mode: best < 12 ? .major : .minor)
 
         // Key over time: 8-s windows every 2 s, Viterbi over the 24 keys with a penalty for changing.

@@ -21,6 +21,8 @@ public struct FingerprintedFile: Sendable {
     public var sound: SoundAnalysis? = nil
     /// Instrument activity from the same classification (AudioSet models only).
     public var instruments: InstrumentActivity? = nil
+    /// Key and key ranges, when asked for (nil also when the audio has no pitch).
+    public var key: KeyResult? = nil
 }
 
 /// Decodes audio files into signatures in one streaming pass.
@@ -29,7 +31,8 @@ public enum Fingerprinter {
     /// Files whose name ends in `.earsig` are read as signature files instead (no digest).
     /// With `loudness`, the same single decoding pass also measures the file's loudness (``LoudnessMeter``).
     public static func fingerprint(path: String, configuration: SignatureConfiguration = .current,
-                                   digest: Bool = true, loudness: Bool = false, sound: SoundModel? = nil) throws -> FingerprintedFile {
+                                   digest: Bool = true, loudness: Bool = false, sound: SoundModel? = nil,
+                                   key: Bool = false) throws -> FingerprintedFile {
         if path.lowercased().hasSuffix(".earsig") {
             let data: Data
             do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
@@ -38,8 +41,9 @@ public enum Fingerprinter {
             let sig = try Signature(dataRepresentation: data)
             return FingerprintedFile(path: path, signature: sig, contentHash: "", decoder: nil)
         }
-        if loudness || sound != nil {
-            return try fingerprintAnalyzing(path: path, configuration: configuration, digest: digest, loudness: loudness, sound: sound)
+        if loudness || sound != nil || key {
+            return try fingerprintAnalyzing(path: path, configuration: configuration, digest: digest, loudness: loudness,
+                                            sound: sound, key: key)
         }
         let reader = try AudioFileReader(path: path)
         let generator = SignatureGenerator(configuration: configuration)
@@ -60,8 +64,9 @@ extension Fingerprinter {
     /// One decoding pass feeding the signature generator and every analysis asked for (loudness on the
     /// file's own channels and rate, sound classification from the same buffers).
     static func fingerprintAnalyzing(path: String, configuration: SignatureConfiguration, digest: Bool,
-                                     loudness: Bool, sound: SoundModel?) throws -> FingerprintedFile {
+                                     loudness: Bool, sound: SoundModel?, key: Bool) throws -> FingerprintedFile {
         let reader = try MultichannelFileReader(path: path)
+        let keyDetector = key ? try KeyDetector(inputRate: reader.sampleRate) : nil
         let meter = loudness ? try LoudnessMeter(sampleRate: reader.sampleRate, channels: reader.channels) : nil
         let classifier = try sound.map { try SoundClassificationStream(model: $0) }
         var windows: [SoundWindow] = []
@@ -82,8 +87,10 @@ extension Fingerprinter {
             while let buffer = try reader.next() {
                 meter?.append(buffer.samples)
                 windows += try classifier?.append(buffer) ?? []
+                keyDetector?.append(buffer.mono)
             }
             (f.loudness, f.sound, f.instruments) = analyses()
+            f.key = keyDetector?.result()
             return f
         }
         let resampler = try Resampler(inputRate: reader.sampleRate)
@@ -99,13 +106,15 @@ extension Fingerprinter {
             meter?.append(buffer.samples)
             windows += try classifier?.append(buffer) ?? []
             frames += buffer.frameCount
-            try feed(resampler.process(buffer.mono))
+            let mono = buffer.mono
+            keyDetector?.append(mono)
+            try feed(resampler.process(mono))
         }
         guard frames > 0 else { throw AudioError(.empty, "no audio samples in file", path: path) }
         try feed(resampler.flush())
         let (l, s, i) = analyses()
         return FingerprintedFile(path: path, signature: generator.signature(), contentHash: digest ? hasher.finalizeHex() : "",
-                                 decoder: reader.decoder, loudness: l, sound: s, instruments: i)
+                                 decoder: reader.decoder, loudness: l, sound: s, instruments: i, key: keyDetector?.result())
     }
 }
 

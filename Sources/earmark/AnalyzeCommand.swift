@@ -5,12 +5,18 @@ import Foundation
 struct AnalyzeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "analyze",
-        abstract: "Measure music metadata of audio files (so far: loudness and instrument activity).",
+        abstract: "Measure music metadata of audio files (so far: loudness, key and instrument activity).",
         discussion: """
         Loudness follows EBU R 128 / ITU-R BS.1770-4 (libebur128), measured on the file's own channels \
         and sample rate: integrated loudness (LUFS), loudness range (LU), true peak (dBTP), sample \
         peak (dBFS), and momentary (400 ms) and short-term (3 s) loudness every 100 ms. Silence has no \
         loudness: those values are null.
+
+        Key: the tonic (C, C#, Db, … B: the spelling of the usual key signature) and mode of the whole \
+        piece, with its strength (correlation of the piece's pitch-class profile with the key's, −1…1) \
+        and margin over the runner-up, and the key over time as ranges (modulations), from 8-s windows \
+        every 2 s smoothed with a penalty for changing key. Audio without pitch (silence, noise) may \
+        have no key: null.
 
         Instrument activity comes from the sound classifier (YAMNet, see `earmark classify --help`): \
         for each family (drums, bass, guitar, keys, strings, brass, woodwinds, voice, synth) a 0…1 \
@@ -21,10 +27,11 @@ struct AnalyzeCommand: AsyncParsableCommand {
 
         --json: one object {path, loudness: {integrated, range, truePeak, samplePeak, maximumMomentary, \
         maximumShortTerm, momentary: [{start, end, value}], shortTerm: [{start, end, value}], duration, \
-        sampleRate, channels}, instruments: {model, duration, families: [{family, activeRanges: [{start, \
-        end}], activity: [{start, end, value}]}]}, error} per file; an array for several files.
+        sampleRate, channels}, key: {tonic, mode, strength, margin, ranges: [{start, end, tonic, mode}], \
+        duration}, instruments: {model, duration, families: [{family, activeRanges: [{start, end}], \
+        activity: [{start, end, value}]}]}, error} per file; an array for several files.
 
-        Key, rhythm, structure and pace are planned; --only accepts loudness and instruments.
+        Rhythm, structure and pace are planned; --only accepts loudness, key and instruments.
 
         Exit codes: 0 every file analysed; 2 some file could not be read.
         """
@@ -33,7 +40,7 @@ struct AnalyzeCommand: AsyncParsableCommand {
     @Flag(help: "Print JSON on standard output instead of text.")
     var json = false
 
-    @Option(help: ArgumentHelp("Dimensions to compute, comma-separated (loudness, instruments). Default: all available.", valueName: "list"))
+    @Option(help: ArgumentHelp("Dimensions to compute, comma-separated (loudness, key, instruments). Default: all available.", valueName: "list"))
     var only: String?
 
     @Option(help: ArgumentHelp("Sound model for instrument activity (default: see `earmark classify --help`).", valueName: "path"))
@@ -47,14 +54,15 @@ struct AnalyzeCommand: AsyncParsableCommand {
     }
 
     func validate() throws {
-        let planned = ["key", "rhythm", "structure", "pace"]
-        for a in asked ?? [] where a != "loudness" && a != "instruments" {
-            throw ValidationError(planned.contains(a) ? "--only \(a): not available yet (loudness and instruments are)." : "--only: unknown dimension '\(a)'.")
+        let planned = ["rhythm", "structure", "pace"]
+        for a in asked ?? [] where !["loudness", "key", "instruments"].contains(a) {
+            throw ValidationError(planned.contains(a) ? "--only \(a): not available yet (loudness, key and instruments are)." : "--only: unknown dimension '\(a)'.")
         }
     }
 
     mutating func run() async throws {
         let wantLoudness = asked?.contains("loudness") ?? true
+        let wantKey = asked?.contains("key") ?? true
         var soundModel: SoundModel?
         if asked?.contains("instruments") ?? true {
             do {
@@ -74,14 +82,15 @@ struct AnalyzeCommand: AsyncParsableCommand {
         var failed = 0
         for file in files {
             do {
-                let f = try Fingerprinter.fingerprint(path: file, digest: false, loudness: wantLoudness, sound: soundModel)
-                let report = AnalysisReport(path: file, loudness: f.loudness, instruments: f.instruments, error: nil)
+                let f = try Fingerprinter.fingerprint(path: file, digest: false, loudness: wantLoudness, sound: soundModel, key: wantKey)
+                let report = AnalysisReport(path: file, loudness: f.loudness, key: wantKey ? .some(f.key) : nil,
+                                            instruments: f.instruments, error: nil)
                 if !json { print(report.humanText) }
                 reports.append(report)
             } catch {
                 let message = describe(error, file: file)
                 writeStderr(message + "\n")
-                reports.append(AnalysisReport(path: file, loudness: nil, instruments: nil, error: message))
+                reports.append(AnalysisReport(path: file, loudness: nil, key: nil, instruments: nil, error: message))
                 failed += 1
             }
         }
@@ -93,14 +102,17 @@ struct AnalyzeCommand: AsyncParsableCommand {
 struct AnalysisReport: Encodable {
     var path: String
     var loudness: LoudnessResult?
+    /// nil: not asked; .some(nil): asked, no key found.
+    var key: KeyResult??
     var instruments: InstrumentActivity?
     var error: String?
 
-    enum CodingKeys: String, CodingKey { case path, loudness, instruments, error }
+    enum CodingKeys: String, CodingKey { case path, loudness, key, instruments, error }
     func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
         try c.encode(path, forKey: .path)
         try c.encode(loudness, forKey: .loudness)
+        try c.encode(key ?? nil, forKey: .key)
         try c.encode(instruments, forKey: .instruments)
         try c.encode(error, forKey: .error)
     }
@@ -115,6 +127,17 @@ struct AnalysisReport: Encodable {
             lines.append("  loudest 400 ms \(formatLevel(l.maximumMomentary, "LUFS")), loudest 3 s \(formatLevel(l.maximumShortTerm, "LUFS"))")
         } else {
             lines.append("\(path):" + (instruments.map { " \(formatDuration($0.duration))" } ?? ""))
+        }
+        if let k = key {
+            if let k {
+                var text = "  key \(k.tonic) \(k.mode.rawValue)" + String(format: " (strength %.2f)", k.strength)
+                if k.ranges.count > 1 {
+                    text += "; " + k.ranges.map { "\(formatDuration($0.start)) \($0.tonic) \($0.mode.rawValue)" }.joined(separator: ", ")
+                }
+                lines.append(text)
+            } else {
+                lines.append("  key unknown (no pitched sound)")
+            }
         }
         if let i = instruments { lines.append("  instruments: " + i.summaryText) }
         return lines.joined(separator: "\n")

@@ -43,6 +43,11 @@ struct CatalogInfoCommand: AsyncParsableCommand {
                     let speech = s.speech.isEmpty ? "no speech" : "speech \(Int((s.speechShare * 100).rounded())) % of the time"
                     print(pad("sound:", 11) + " " + s.summaryText + "; " + speech)
                 }
+                for a in analyses where a.kind == KeyResult.kind {
+                    guard let k = try? JSONDecoder().decode(KeyResult.self, from: a.json) else { continue }
+                    let changes = k.ranges.count > 1 ? " (\(k.ranges.count) key ranges)" : ""
+                    print(pad("key:", 11) + " \(k.tonic) \(k.mode.rawValue)" + changes)
+                }
                 for a in analyses where a.kind == InstrumentActivity.kind {
                     guard let s = try? JSONDecoder().decode(InstrumentSummary.self, from: a.json) else { continue }
                     print(pad("instruments:", 11) + " " + s.summaryText)

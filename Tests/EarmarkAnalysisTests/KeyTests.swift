@@ -79,11 +79,10 @@ struct KeyTests {
         #expect(abs((r.ranges.last?.end ?? 0) - r.duration) < 1e-9)
     }
 
-    @Test("silence and very short audio give no key; white noise gives a weak one at most, never a crash")
+    @Test("silence, very short audio and white noise give no key, never a crash")
     func badInput() throws {
         #expect(try key([Float](repeating: 0, count: 44_100 * 5)) == nil)
         #expect(try key([Float](repeating: 0.1, count: 100)) == nil)
-        let noise = Signal.whiteNoise(count: 44_100 * 10, rms: 0.1, seed: 7)
-        if let r = try key(noise) { #expect(r.strength < 0.6, "\(r)") }
+        #expect(try key(Signal.whiteNoise(count: 44_100 * 10, rms: 0.1, seed: 7)) == nil)
     }
 }
