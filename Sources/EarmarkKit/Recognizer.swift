@@ -30,6 +30,17 @@ public final class Recognizer {
         return (try matcher.match(f.signature), f.loudness, f.sound)
     }
 
+    /// The key the catalog stored for `match`'s track (kind `key`) over the matched stretch of the
+    /// reference: the key range covering most of it; nil when no key was stored.
+    public func keyAtMatch(_ match: Match) throws -> KeyRange? {
+        guard let stored = try matcher.catalog.analyses(trackID: match.track.id).first(where: { $0.kind == KeyResult.kind }),
+              let key = try? JSONDecoder().decode(KeyResult.self, from: stored.json) else { return nil }
+        let (a, b) = (match.referenceStart, max(match.referenceEnd, match.referenceStart))
+        return key.ranges.max { x, y in
+            (min(b, x.end) - max(a, x.start)) < (min(b, y.end) - max(a, y.start))
+        }
+    }
+
     /// Matches a signature made elsewhere.
     public func match(_ signature: Signature) throws -> MatchResult {
         try matcher.match(signature)

@@ -24,7 +24,8 @@ struct MatchCommand: AsyncParsableCommand {
 
         --json: for one clip, one object {path, matches: [{track, matchOffset, confidence, score, \
         significance, runnerUpScore, frequencySkew, timeScale, alternativeOffsets, queryStart, \
-        queryEnd, referenceStart, referenceEnd, …}], \
+        queryEnd, referenceStart, referenceEnd, key (the track's stored key at the matched stretch, \
+        {start, end, tonic, mode}, when `catalog add --analyze` stored one; else null), …}], \
         queryDuration, queryLandmarks, candidateHits, loudness (the clip's EBU R 128 loudness, as \
         `earmark analyze` prints it; null for .earsig files), sound (with --classify: the clip's sound \
         classification, as `catalog info --json` shows a track's: model, dominant labels with their \
@@ -81,7 +82,9 @@ struct MatchCommand: AsyncParsableCommand {
                 let report: ClipReport
                 do {
                     let (result, loudness, sound) = try recognizer.matchAnalyzing(path: clip, sound: soundModel)
-                    report = ClipReport(path: clip, result: result, loudness: loudness, sound: sound)
+                    var r = ClipReport(path: clip, result: result, loudness: loudness, sound: sound)
+                    r.keys = try result.matches.map { try recognizer.keyAtMatch($0) }
+                    report = r
                     if result.matches.isEmpty { unmatched += 1 }
                 } catch let error as CatalogError {
                     throw error   // the catalog, not the clip, is at fault: stop
@@ -105,10 +108,24 @@ struct MatchCommand: AsyncParsableCommand {
     }
 }
 
+/// A match as JSON, with the track's stored key at the matched stretch added to its fields.
+struct MatchWithContext: Encodable {
+    var match: Match
+    var key: KeyRange?
+    enum CodingKeys: String, CodingKey { case key }
+    func encode(to encoder: any Encoder) throws {
+        try match.encode(to: encoder)
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(key, forKey: .key)
+    }
+}
+
 /// The outcome for one clip, as printed by `match`.
 struct ClipReport: Encodable {
     var path: String
     var matches: [Match] = []
+    /// The stored key of each match's track at the matched stretch (parallel to `matches`).
+    var keys: [KeyRange?] = []
     var queryDuration: Double?
     var queryLandmarks: Int?
     var candidateHits: Int?
@@ -138,7 +155,8 @@ struct ClipReport: Encodable {
     func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
         try c.encode(path, forKey: .path)
-        try c.encode(matches, forKey: .matches)
+        try c.encode(matches.indices.map { MatchWithContext(match: matches[$0], key: keys.indices.contains($0) ? keys[$0] : nil) },
+                     forKey: .matches)
         try c.encode(queryDuration, forKey: .queryDuration)   // null when absent
         try c.encode(queryLandmarks, forKey: .queryLandmarks)
         try c.encode(candidateHits, forKey: .candidateHits)
@@ -153,7 +171,8 @@ struct ClipReport: Encodable {
         if let s = sound { notes.append(s.summaryText) }
         let level = notes.isEmpty ? "" : " (" + notes.joined(separator: "; ") + ")"
         guard let first = matches.first else { return "\(path): no match" + level }
-        var lines = ["\(path): \(ClipReport.describe(first))" + level]
+        let key = keys.first.flatMap { $0 }.map { " [key \($0.tonic) \($0.mode.rawValue)]" } ?? ""
+        var lines = ["\(path): \(ClipReport.describe(first))" + key + level]
         for m in matches.dropFirst() { lines.append("    also: \(ClipReport.describe(m))") }
         return lines.joined(separator: "\n")
     }

@@ -2,6 +2,12 @@ import EarmarkTestSupport
 import Foundation
 import Testing
 
+enum MusicalKeySpelling {
+    static func valid(_ s: String?) -> Bool {
+        ["C", "C#", "Db", "D", "D#", "Eb", "E", "F", "F#", "Gb", "G", "G#", "Ab", "A", "A#", "Bb", "B"].contains(s ?? "")
+    }
+}
+
 @Suite("earmark classify, and classification attached to catalog add, match and listen")
 struct ClassifyCLITests {
     private func modelEnvironment() throws -> [String: String?] {
@@ -88,6 +94,11 @@ struct ClassifyCLITests {
         let match = try EarmarkCLI.run(["match", "--catalog", catalog, "--json", "--classify", tmp.path("clip.wav")], environment: env)
         #expect(match.status == 0, "\(match)")
         let m = try JSONSerialization.jsonObject(with: match.stdout) as! [String: Any]
+        // The track's stored key at the matched stretch rides along with the match.
+        let key = try #require(((m["matches"] as! [[String: Any]])[0]["key"]) as? [String: Any], "\(match.stdoutText)")
+        #expect(MusicalKeySpelling.valid(key["tonic"] as? String))
+        #expect(["major", "minor"].contains(key["mode"] as? String ?? ""))
+        #expect((key["start"] as! Double) <= 30 && (key["end"] as! Double) >= 30)
         let clipSound = m["sound"] as! [String: Any]
         #expect(((clipSound["dominant"] as! [[String: Any]])[0]["label"] as? String) == "Music")
         let plain = try EarmarkCLI.run(["match", "--catalog", catalog, "--json", tmp.path("clip.wav")], environment: env)
