@@ -1,0 +1,248 @@
+import EarmarkAudio
+import EarmarkDSP
+import Foundation
+
+/// Beats, bars and tempo of a piece (Music Understanding's rhythm dimension).
+public struct RhythmResult: Codable, Sendable, Equatable {
+    public static let kind = "rhythm"
+    public static let version = 1
+
+    /// Beat times in seconds.
+    public var beats: [Double]
+    /// Bar (downbeat) times in seconds, a subset of `beats`.
+    public var bars: [Double]
+    /// Beats per bar the bars were laid out with (3 or 4).
+    public var beatsPerBar: Int
+    /// Beats per minute from the median beat interval; nil with fewer than two beats.
+    public var bpm: Double?
+    public var duration: Double
+
+    /// BPM over each bar-long stretch, for music whose tempo moves.
+    public var tempoCurve: [TimedBPM] {
+        guard bars.count >= 2 else { return [] }
+        return zip(bars, bars.dropFirst()).map { a, b in TimedBPM(start: a, end: b, bpm: 60 * Double(beatsPerBar) / (b - a)) }
+    }
+}
+
+/// A tempo over a time range.
+public struct TimedBPM: Codable, Sendable, Equatable {
+    public var start: Double
+    public var end: Double
+    public var bpm: Double
+}
+
+/// Tracks beats: a spectral-flux onset envelope (log-compressed band energies, 86 frames a second),
+/// the tempo from its autocorrelation weighted towards 120 BPM, beats by dynamic programming that
+/// rewards onsets and punishes intervals off the tempo, and bars by the beat phase whose beats carry
+/// the most low-frequency onset energy. Feed audio with ``append(_:)``, then call ``result()``.
+public final class BeatTracker {
+    static let sampleRate = 11_025.0
+    static let fftSize = 1024
+    static let hop = 128
+    static let bandCount = 24
+
+    private let resampler: Resampler
+    private let fft = FFTPlan(size: BeatTracker.fftSize)
+    private let window = Window.hann(BeatTracker.fftSize)
+    private var pending: [Float] = []
+    private var power: [Float]
+    private var previousBands: [Float]?
+    private var flux: [Float] = []
+    private var lowFlux: [Float] = []
+    private var samplesIn = 0
+    /// Band edges in FFT bins, log-spaced from 30 Hz to 5 kHz.
+    private let edges: [Int]
+
+    public init(inputRate: Double = AudioConstants.sampleRate) throws {
+        resampler = try Resampler(inputRate: inputRate, outputRate: BeatTracker.sampleRate)
+        power = [Float](repeating: 0, count: BeatTracker.fftSize / 2 + 1)
+        let binHz = BeatTracker.sampleRate / Double(BeatTracker.fftSize)
+        var e: [Int] = []
+        for i in 0...BeatTracker.bandCount {
+            let f = 30 * pow(5000.0 / 30, Double(i) / Double(BeatTracker.bandCount))
+            e.append(max(1, Int((f / binHz).rounded())))
+        }
+        for i in 1..<e.count where e[i] <= e[i - 1] { e[i] = e[i - 1] + 1 }
+        edges = e
+    }
+
+    public func append(_ samples: [Float]) { feed(resampler.process(samples)) }
+
+    private func feed(_ samples: [Float]) {
+        samplesIn += samples.count
+        pending += samples
+        let n = BeatTracker.fftSize
+        var start = 0
+        while start + n <= pending.count {
+            pending.withUnsafeBufferPointer { p in
+                power.withUnsafeMutableBufferPointer { pw in
+                    fft.powerSpectrum(frame: p.baseAddress! + start, window: window, bins: 0..<(n / 2 + 1), into: pw.baseAddress!)
+                }
+            }
+            var bands = [Float](repeating: 0, count: BeatTracker.bandCount)
+            for b in 0..<BeatTracker.bandCount {
+                var s: Float = 0
+                for k in edges[b]..<min(edges[b + 1], n / 2) { s += power[k] }
+                bands[b] = logf(1 + 1e4 * s)
+            }
+            if let prev = previousBands {
+                var total: Float = 0, low: Float = 0
+                for b in 0..<BeatTracker.bandCount {
+                    let d = max(0, bands[b] - prev[b])
+                    total += d
+                    if b < 8 { low += d }   // below about 150 Hz: kick drum and bass
+                }
+                flux.append(total)
+                lowFlux.append(low)
+            } else {
+                flux.append(0)
+                lowFlux.append(0)
+            }
+            previousBands = bands
+            start += BeatTracker.hop
+        }
+        if start > 0 { pending.removeFirst(start) }
+    }
+
+    /// Frames per second of the onset envelope.
+    static var frameRate: Double { sampleRate / Double(hop) }
+
+    /// Removes the local mean (about 0.5 s) and half-wave rectifies, then scales to unit deviation.
+    static func normalized(_ x: [Float]) -> [Double] {
+        let r = Int(0.25 * frameRate)
+        var prefix = [Double](repeating: 0, count: x.count + 1)
+        for i in x.indices { prefix[i + 1] = prefix[i] + Double(x[i]) }
+        var out = x.indices.map { i -> Double in
+            let lo = max(0, i - r), hi = min(x.count, i + r + 1)
+            return max(0, Double(x[i]) - (prefix[hi] - prefix[lo]) / Double(hi - lo))
+        }
+        let mean = out.reduce(0, +) / Double(max(1, out.count))
+        let sd = (out.reduce(0) { $0 + ($1 - mean) * ($1 - mean) } / Double(max(1, out.count))).squareRoot()
+        if sd > 0 { out = out.map { $0 / sd } }
+        return out
+    }
+
+    /// The beat period in frames: autocorrelation of the envelope over 40–240 BPM, weighted by a
+    /// log-normal prior around 120 BPM (one octave wide), with its double and triple periods added in.
+    static func period(_ onset: [Double]) -> Double? {
+        let fr = frameRate
+        let minLag = Int(fr * 60 / 240), maxLag = Int(fr * 60 / 40)
+        guard onset.count > 3 * maxLag / 2 else { return nil }
+        func ac(_ lag: Int) -> Double {
+            guard lag < onset.count else { return 0 }
+            var s = 0.0
+            for i in lag..<onset.count { s += onset[i] * onset[i - lag] }
+            return s / Double(onset.count - lag)
+        }
+        let raw = (0...(3 * maxLag)).map { $0 < minLag / 2 ? 0 : ac($0) }
+        var best = -1.0, bestLag = 0
+        for lag in minLag...maxLag {
+            let bpm = 60 * fr / Double(lag)
+            let prior = exp(-0.5 * pow(log2(bpm / 120) / 1.0, 2))
+            let score = (raw[lag] + 0.5 * raw[min(raw.count - 1, 2 * lag)] + 0.33 * raw[min(raw.count - 1, 3 * lag)]) * prior
+            if score > best { (best, bestLag) = (score, lag) }
+        }
+        guard best > 0 else { return nil }
+        // Octave check: when the envelope repeats about as strongly at half the period, and that tempo
+        // is still plausible, the pulse is the faster one (a slow prior must not halve a brisk waltz).
+        let half = Int((Double(bestLag) / 2).rounded())
+        if half >= minLag, 60 * fr / Double(half) <= 180, raw[half] >= 0.7 * raw[bestLag] { bestLag = half }
+        // Refine to a fraction of a frame with a parabola through the neighbours.
+        let a = raw[bestLag - 1], b = raw[bestLag], c = raw[bestLag + 1]
+        let d = a - 2 * b + c
+        return Double(bestLag) + (d < 0 ? 0.5 * (a - c) / d : 0)
+    }
+
+    /// Beats by dynamic programming: each frame's score is its onset strength plus the best earlier
+    /// beat's score less a penalty growing with the squared log ratio of the interval to the period.
+    static func beats(_ onset: [Double], period: Double, tightness: Double = 300) -> [Int] {
+        let n = onset.count
+        guard n > 0, period >= 2 else { return [] }
+        var score = onset, back = [Int](repeating: -1, count: n)
+        let lo = Int(period / 2), hi = Int(2 * period)
+        for t in 0..<n {
+            var best = -Double.infinity, arg = -1
+            for tau in max(0, t - hi)...max(0, t - lo) where tau < t {
+                let v = score[tau] - tightness * pow(log(Double(t - tau) / period), 2)
+                if v > best { (best, arg) = (v, tau) }
+            }
+            if arg >= 0, best > 0 {
+                score[t] = onset[t] + best
+                back[t] = arg
+            }
+        }
+        // The last beat: the best-scoring frame within the last period.
+        let tail = max(0, n - Int(period))..<n
+        guard var t = tail.max(by: { score[$0] < score[$1] }) else { return [] }
+        var out = [t]
+        while back[t] >= 0 {
+            t = back[t]
+            out.append(t)
+        }
+        return out.reversed()
+    }
+
+    /// Everything appended: beats, bars and BPM (nil when the audio has no steady pulse).
+    public func result() -> RhythmResult? {
+        feed(resampler.flush())
+        let duration = Double(samplesIn) / BeatTracker.sampleRate
+        let onset = BeatTracker.normalized(flux)
+        guard onset.contains(where: { $0 > 0 }), let period = BeatTracker.period(onset) else { return nil }
+        let frames = BeatTracker.beats(onset, period: period)
+        // Frame i's flux compares frames i−1 and i; its time is the centre of frame i.
+        let offset = Double(BeatTracker.fftSize) / 2 / BeatTracker.sampleRate
+        let times = frames.map { Double($0) / BeatTracker.frameRate + offset }
+        guard times.count >= 2 else { return nil }
+        // Bars: for 3 and 4 beats a bar, the phase whose beats carry the most low-band onset energy;
+        // the meter with the clearer contrast between its best phase and the rest wins.
+        let low = BeatTracker.normalized(lowFlux)
+        func strength(_ f: Int) -> Double {
+            var s = 0.0
+            for d in -2...2 where f + d >= 0 && f + d < low.count { s = max(s, low[f + d] + 0.5 * onset[f + d]) }
+            return s
+        }
+        var bestMeter = 4, bestPhase = 0, bestContrast = -Double.infinity
+        for meter in [4, 3] {
+            var sums = [Double](repeating: 0, count: meter), counts = [Double](repeating: 0, count: meter)
+            for (i, f) in frames.enumerated() {
+                sums[i % meter] += strength(f)
+                counts[i % meter] += 1
+            }
+            let means = (0..<meter).map { counts[$0] > 0 ? sums[$0] / counts[$0] : 0 }
+            let phase = means.indices.max { means[$0] < means[$1] }!
+            let others = means.enumerated().filter { $0.offset != phase }.map(\.element)
+            let contrast = means[phase] - others.reduce(0, +) / Double(max(1, others.count))
+            // Four beats a bar unless three is clearly better.
+            if contrast > bestContrast * (meter == 3 ? 1.3 : 1) { (bestMeter, bestPhase, bestContrast) = (meter, phase, contrast) }
+        }
+        let bars = times.enumerated().filter { $0.offset % bestMeter == bestPhase }.map(\.element)
+        // The tempo from the least-squares slope of beat time over beat number: finer than one frame.
+        let n = Double(times.count), meanI = (n - 1) / 2, meanT = times.reduce(0, +) / n
+        var sxy = 0.0, sxx = 0.0
+        for (i, t) in times.enumerated() {
+            sxy += (Double(i) - meanI) * (t - meanT)
+            sxx += (Double(i) - meanI) * (Double(i) - meanI)
+        }
+        let slope = sxx > 0 ? sxy / sxx : 0
+        return RhythmResult(beats: times, bars: bars, beatsPerBar: bestMeter, bpm: slope > 0 ? 60 / slope : nil, duration: duration)
+    }
+
+    /// Beat-tracking F-measure (MIREX style): an estimated beat is right when it is within `tolerance`
+    /// seconds of a reference beat not matched already.
+    public static func fMeasure(estimated: [Double], reference: [Double], tolerance: Double = 0.07) -> Double {
+        guard !estimated.isEmpty, !reference.isEmpty else { return estimated.isEmpty && reference.isEmpty ? 1 : 0 }
+        var used = [Bool](repeating: false, count: reference.count)
+        var hits = 0
+        var j = 0
+        for e in estimated {
+            while j < reference.count, reference[j] < e - tolerance { j += 1 }
+            var k = j
+            while k < reference.count, reference[k] <= e + tolerance {
+                if !used[k] { used[k] = true; hits += 1; break }
+                k += 1
+            }
+        }
+        let p = Double(hits) / Double(estimated.count), r = Double(hits) / Double(reference.count)
+        return p + r > 0 ? 2 * p * r / (p + r) : 0
+    }
+}

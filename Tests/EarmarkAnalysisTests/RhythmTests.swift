@@ -1,0 +1,78 @@
+import EarmarkAnalysis
+import EarmarkTestSupport
+import Foundation
+import Testing
+
+/// A drum pattern at `bpm`: a low "kick" (80 Hz burst) on each bar's first beat, a high click on
+/// every beat, and quiet noise, starting at `start` seconds.
+private func pattern(bpm: Double, beatsPerBar: Int, seconds: Double, start: Double = 0.5) -> (audio: [Float], beats: [Double]) {
+    let rate = 44_100.0
+    var out = Signal.whiteNoise(count: Int(seconds * rate), rms: 0.003, seed: 3)
+    var beats: [Double] = []
+    var t = start, i = 0
+    while t < seconds - 0.3 {
+        beats.append(t)
+        let at = Int(t * rate)
+        let downbeat = i % beatsPerBar == 0
+        for n in 0..<Int(0.12 * rate) where at + n < out.count {
+            let x = Double(n) / rate
+            var v = 0.25 * sin(2 * Double.pi * 2_000 * x) * exp(-x * 60)
+            if downbeat { v += 0.6 * sin(2 * Double.pi * 80 * x) * exp(-x * 18) }
+            out[at + n] += Float(v)
+        }
+        t += 60 / bpm
+        i += 1
+    }
+    return (out, beats)
+}
+
+private func rhythm(_ samples: [Float]) throws -> RhythmResult? {
+    let tracker = try BeatTracker(inputRate: 44_100)
+    var i = 0
+    while i < samples.count {
+        tracker.append(Array(samples[i..<min(samples.count, i + 8_192)]))
+        i += 8_192
+    }
+    return tracker.result()
+}
+
+@Suite("Rhythm: beats, bars, BPM")
+struct RhythmTests {
+    @Test("a 4/4 pattern at 100, 128 and 87 BPM: tempo within 1 BPM, beats F ≥ 0.9, bars on the kicks")
+    func fourFour() throws {
+        for bpm in [100.0, 128.0, 87.0] {
+            let (audio, truth) = pattern(bpm: bpm, beatsPerBar: 4, seconds: 30)
+            let r = try #require(try rhythm(audio))
+            #expect(abs((r.bpm ?? 0) - bpm) < 1, "\(bpm): \(String(describing: r.bpm))")
+            #expect(BeatTracker.fMeasure(estimated: r.beats, reference: truth) >= 0.9, "\(bpm)")
+            #expect(r.beatsPerBar == 4)
+            let downbeats = stride(from: 0, to: truth.count, by: 4).map { truth[$0] }
+            #expect(BeatTracker.fMeasure(estimated: r.bars, reference: downbeats) >= 0.9, "\(bpm) bars \(r.bars.prefix(4))")
+        }
+    }
+
+    @Test("a waltz is laid out in bars of three")
+    func waltz() throws {
+        let (audio, truth) = pattern(bpm: 150, beatsPerBar: 3, seconds: 30)
+        let r = try #require(try rhythm(audio))
+        #expect(r.beatsPerBar == 3)
+        #expect(BeatTracker.fMeasure(estimated: r.beats, reference: truth) >= 0.9)
+        #expect(abs((r.bpm ?? 0) - 150) < 1, "\(String(describing: r.bpm))")
+        let downbeats = stride(from: 0, to: truth.count, by: 3).map { truth[$0] }
+        #expect(BeatTracker.fMeasure(estimated: r.bars, reference: downbeats) >= 0.8)
+    }
+
+    @Test("F-measure counts each reference beat once")
+    func fMeasure() {
+        #expect(BeatTracker.fMeasure(estimated: [1, 2, 3], reference: [1.05, 2, 3.2]) == 2.0 / 3.0)
+        #expect(BeatTracker.fMeasure(estimated: [1, 1.01], reference: [1]) == 2.0 / 3.0)
+        #expect(BeatTracker.fMeasure(estimated: [], reference: [1]) == 0)
+    }
+
+    @Test("silence and a 0.5-s file have no rhythm; noise does not crash")
+    func badInput() throws {
+        #expect(try rhythm([Float](repeating: 0, count: 44_100 * 10)) == nil)
+        #expect(try rhythm(Signal.sine(frequency: 440, sampleRate: 44_100, seconds: 0.5)) == nil)
+        _ = try rhythm(Signal.whiteNoise(count: 44_100 * 10, rms: 0.1, seed: 9))
+    }
+}
