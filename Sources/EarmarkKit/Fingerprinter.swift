@@ -23,16 +23,38 @@ public struct FingerprintedFile: Sendable {
     public var instruments: InstrumentActivity? = nil
     /// Key and key ranges, when asked for (nil also when the audio has no pitch).
     public var key: KeyResult? = nil
+    /// Beats, bars and BPM, when asked for (nil also when the audio has no pulse).
+    public var rhythm: RhythmResult? = nil
+}
+
+/// Which analyses a decoding pass computes besides the signature.
+public struct Analyses: Sendable {
+    public var loudness = false
+    public var key = false
+    public var rhythm = false
+    /// Sound classification (and instrument activity, for AudioSet models) with this model.
+    public var sound: SoundModel? = nil
+
+    public init(loudness: Bool = false, key: Bool = false, rhythm: Bool = false, sound: SoundModel? = nil) {
+        self.loudness = loudness
+        self.key = key
+        self.rhythm = rhythm
+        self.sound = sound
+    }
+
+    /// Loudness, key and rhythm, plus sound classification when a model is given.
+    public static func all(sound: SoundModel?) -> Analyses { Analyses(loudness: true, key: true, rhythm: true, sound: sound) }
+
+    var any: Bool { loudness || key || rhythm || sound != nil }
 }
 
 /// Decodes audio files into signatures in one streaming pass.
 public enum Fingerprinter {
     /// Reads `path` (any supported format) and returns its signature and content digest.
     /// Files whose name ends in `.earsig` are read as signature files instead (no digest).
-    /// With `loudness`, the same single decoding pass also measures the file's loudness (``LoudnessMeter``).
+    /// The same single decoding pass also computes the `analyses` asked for.
     public static func fingerprint(path: String, configuration: SignatureConfiguration = .current,
-                                   digest: Bool = true, loudness: Bool = false, sound: SoundModel? = nil,
-                                   key: Bool = false) throws -> FingerprintedFile {
+                                   digest: Bool = true, analyses: Analyses = Analyses()) throws -> FingerprintedFile {
         if path.lowercased().hasSuffix(".earsig") {
             let data: Data
             do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
@@ -41,10 +63,7 @@ public enum Fingerprinter {
             let sig = try Signature(dataRepresentation: data)
             return FingerprintedFile(path: path, signature: sig, contentHash: "", decoder: nil)
         }
-        if loudness || sound != nil || key {
-            return try fingerprintAnalyzing(path: path, configuration: configuration, digest: digest, loudness: loudness,
-                                            sound: sound, key: key)
-        }
+        if analyses.any { return try fingerprintAnalyzing(path: path, configuration: configuration, digest: digest, analyses: analyses) }
         let reader = try AudioFileReader(path: path)
         let generator = SignatureGenerator(configuration: configuration)
         var hasher = AudioDigest()
@@ -64,11 +83,12 @@ extension Fingerprinter {
     /// One decoding pass feeding the signature generator and every analysis asked for (loudness on the
     /// file's own channels and rate, sound classification from the same buffers).
     static func fingerprintAnalyzing(path: String, configuration: SignatureConfiguration, digest: Bool,
-                                     loudness: Bool, sound: SoundModel?, key: Bool) throws -> FingerprintedFile {
+                                     analyses request: Analyses) throws -> FingerprintedFile {
         let reader = try MultichannelFileReader(path: path)
-        let keyDetector = key ? try KeyDetector(inputRate: reader.sampleRate) : nil
-        let meter = loudness ? try LoudnessMeter(sampleRate: reader.sampleRate, channels: reader.channels) : nil
-        let classifier = try sound.map { try SoundClassificationStream(model: $0) }
+        let keyDetector = request.key ? try KeyDetector(inputRate: reader.sampleRate) : nil
+        let beatTracker = request.rhythm ? try BeatTracker(inputRate: reader.sampleRate) : nil
+        let meter = request.loudness ? try LoudnessMeter(sampleRate: reader.sampleRate, channels: reader.channels) : nil
+        let classifier = try request.sound.map { try SoundClassificationStream(model: $0) }
         var windows: [SoundWindow] = []
         func analyses() -> (LoudnessResult?, SoundAnalysis?, InstrumentActivity?) {
             windows += classifier?.finish() ?? []
@@ -87,10 +107,13 @@ extension Fingerprinter {
             while let buffer = try reader.next() {
                 meter?.append(buffer.samples)
                 windows += try classifier?.append(buffer) ?? []
-                keyDetector?.append(buffer.mono)
+                let mono = buffer.mono
+                keyDetector?.append(mono)
+                beatTracker?.append(mono)
             }
             (f.loudness, f.sound, f.instruments) = analyses()
             f.key = keyDetector?.result()
+            f.rhythm = beatTracker?.result()
             return f
         }
         let resampler = try Resampler(inputRate: reader.sampleRate)
@@ -108,13 +131,15 @@ extension Fingerprinter {
             frames += buffer.frameCount
             let mono = buffer.mono
             keyDetector?.append(mono)
+            beatTracker?.append(mono)
             try feed(resampler.process(mono))
         }
         guard frames > 0 else { throw AudioError(.empty, "no audio samples in file", path: path) }
         try feed(resampler.flush())
         let (l, s, i) = analyses()
         return FingerprintedFile(path: path, signature: generator.signature(), contentHash: digest ? hasher.finalizeHex() : "",
-                                 decoder: reader.decoder, loudness: l, sound: s, instruments: i, key: keyDetector?.result())
+                                 decoder: reader.decoder, loudness: l, sound: s, instruments: i, key: keyDetector?.result(),
+                                 rhythm: beatTracker?.result())
     }
 }
 

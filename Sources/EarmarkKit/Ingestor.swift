@@ -44,7 +44,7 @@ public struct Ingestor: Sendable {
     public var workers: Int
     /// Seconds to wait for another process's write lock.
     public var busyTimeout: Double
-    /// Whether each file's loudness and key (and, with `soundModel`, its sound classification and instrument activity) are measured in the same decoding pass and
+    /// Whether each file's loudness, key and rhythm (and, with `soundModel`, its sound classification and instrument activity) are measured in the same decoding pass and
     /// stored with the track. Default false: it makes indexing about three times slower.
     public var analyze: Bool
     /// With `analyze`, each file is also classified with this model (stored as kind `sound`).
@@ -98,8 +98,8 @@ public struct Ingestor: Sendable {
                 let model = analyze ? soundModel : nil
                 group.addTask {
                     do {
-                        let f = try Fingerprinter.fingerprint(path: path, configuration: configuration, loudness: analyze, sound: model,
-                                                              key: analyze)
+                        let f = try Fingerprinter.fingerprint(path: path, configuration: configuration,
+                                                              analyses: analyze ? .all(sound: model) : Analyses())
                         if f.signature.duration < 1 {
                             throw SignatureError(.signatureDurationInvalid, "too short to index (\(f.signature.duration) s)")
                         }
@@ -156,6 +156,9 @@ public struct Ingestor: Sendable {
             }
             if let sound = file.sound {
                 analyses.append(TrackAnalysis(kind: SoundAnalysis.kind, version: SoundAnalysis.version, json: try encoder.encode(sound)))
+            }
+            if let rhythm = file.rhythm {
+                analyses.append(TrackAnalysis(kind: RhythmResult.kind, version: RhythmResult.version, json: try encoder.encode(rhythm)))
             }
             if let key = file.key {
                 analyses.append(TrackAnalysis(kind: KeyResult.kind, version: KeyResult.version, json: try encoder.encode(key)))

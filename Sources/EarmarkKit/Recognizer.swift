@@ -26,23 +26,45 @@ public final class Recognizer {
     public func matchAnalyzing(path: String, sound: SoundModel? = nil)
         throws -> (result: MatchResult, loudness: LoudnessResult?, sound: SoundAnalysis?) {
         let f = try Fingerprinter.fingerprint(path: path, configuration: matcher.configuration, digest: false,
-                                              loudness: true, sound: sound)
+                                              analyses: Analyses(loudness: true, sound: sound))
         return (try matcher.match(f.signature), f.loudness, f.sound)
     }
 
-    /// The key the catalog stored for `match`'s track (kind `key`) over the matched stretch of the
-    /// reference: the key range covering most of it; nil when no key was stored.
-    public func keyAtMatch(_ match: Match) throws -> KeyRange? {
-        guard let stored = try matcher.catalog.analyses(trackID: match.track.id).first(where: { $0.kind == KeyResult.kind }),
-              let key = try? JSONDecoder().decode(KeyResult.self, from: stored.json) else { return nil }
+    /// What the catalog stored about `match`'s track (`catalog add --analyze`), at the matched stretch
+    /// of the reference: the key range covering most of it and the tempo of the beats inside it.
+    public func context(of match: Match) throws -> MatchContext {
+        let stored = try matcher.catalog.analyses(trackID: match.track.id)
         let (a, b) = (match.referenceStart, max(match.referenceEnd, match.referenceStart))
-        return key.ranges.max { x, y in
-            (min(b, x.end) - max(a, x.start)) < (min(b, y.end) - max(a, y.start))
+        var context = MatchContext()
+        if let data = stored.first(where: { $0.kind == KeyResult.kind }), let key = try? JSONDecoder().decode(KeyResult.self, from: data.json) {
+            context.key = key.ranges.max { x, y in (min(b, x.end) - max(a, x.start)) < (min(b, y.end) - max(a, y.start)) }
         }
+        if let data = stored.first(where: { $0.kind == RhythmResult.kind }),
+           let rhythm = try? JSONDecoder().decode(RhythmResult.self, from: data.json) {
+            let inside = rhythm.beats.filter { $0 >= a && $0 <= b }
+            if inside.count >= 3, let first = inside.first, let last = inside.last, last > first {
+                context.bpm = 60 * Double(inside.count - 1) / (last - first)
+            } else {
+                context.bpm = rhythm.bpm
+            }
+        }
+        return context
     }
 
     /// Matches a signature made elsewhere.
     public func match(_ signature: Signature) throws -> MatchResult {
         try matcher.match(signature)
+    }
+}
+
+/// Stored music metadata of a matched track at the matched stretch.
+public struct MatchContext: Codable, Sendable, Equatable {
+    /// The key range covering most of the matched stretch.
+    public var key: KeyRange?
+    /// Beats per minute of the beats inside the matched stretch (the track's overall tempo when it holds too few).
+    public var bpm: Double?
+    public init(key: KeyRange? = nil, bpm: Double? = nil) {
+        self.key = key
+        self.bpm = bpm
     }
 }

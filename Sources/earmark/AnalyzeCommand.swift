@@ -5,7 +5,7 @@ import Foundation
 struct AnalyzeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "analyze",
-        abstract: "Measure music metadata of audio files (so far: loudness, key and instrument activity).",
+        abstract: "Measure music metadata of audio files (so far: loudness, key, rhythm and instrument activity).",
         discussion: """
         Loudness follows EBU R 128 / ITU-R BS.1770-4 (libebur128), measured on the file's own channels \
         and sample rate: integrated loudness (LUFS), loudness range (LU), true peak (dBTP), sample \
@@ -18,6 +18,10 @@ struct AnalyzeCommand: AsyncParsableCommand {
         every 2 s smoothed with a penalty for changing key. Audio without pitch (silence, noise) may \
         have no key: null.
 
+        Rhythm: beat times, bar (downbeat) times with the beats per bar (3 or 4), and the tempo in BPM \
+        (null with fewer than two beats), from a spectral-flux onset envelope, a tempo estimate, \
+        dynamic-programming beat tracking and the beat phase with the most bass onsets.
+
         Instrument activity comes from the sound classifier (YAMNet, see `earmark classify --help`): \
         for each family (drums, bass, guitar, keys, strings, brass, woodwinds, voice, synth) a 0…1 \
         activity curve, one value per 0.96-s window every 0.48 s (the best score among the family's \
@@ -28,10 +32,10 @@ struct AnalyzeCommand: AsyncParsableCommand {
         --json: one object {path, loudness: {integrated, range, truePeak, samplePeak, maximumMomentary, \
         maximumShortTerm, momentary: [{start, end, value}], shortTerm: [{start, end, value}], duration, \
         sampleRate, channels}, key: {tonic, mode, strength, margin, ranges: [{start, end, tonic, mode}], \
-        duration}, instruments: {model, duration, families: [{family, activeRanges: [{start, end}], \
+        duration}, rhythm: {beats, bars, beatsPerBar, bpm, duration}, instruments: {model, duration, families: [{family, activeRanges: [{start, end}], \
         activity: [{start, end, value}]}]}, error} per file; an array for several files.
 
-        Rhythm, structure and pace are planned; --only accepts loudness, key and instruments.
+        Structure and pace are planned; --only accepts loudness, key, rhythm and instruments.
 
         Exit codes: 0 every file analysed; 2 some file could not be read.
         """
@@ -40,7 +44,7 @@ struct AnalyzeCommand: AsyncParsableCommand {
     @Flag(help: "Print JSON on standard output instead of text.")
     var json = false
 
-    @Option(help: ArgumentHelp("Dimensions to compute, comma-separated (loudness, key, instruments). Default: all available.", valueName: "list"))
+    @Option(help: ArgumentHelp("Dimensions to compute, comma-separated (loudness, key, rhythm, instruments). Default: all available.", valueName: "list"))
     var only: String?
 
     @Option(help: ArgumentHelp("Sound model for instrument activity (default: see `earmark classify --help`).", valueName: "path"))
@@ -54,15 +58,16 @@ struct AnalyzeCommand: AsyncParsableCommand {
     }
 
     func validate() throws {
-        let planned = ["rhythm", "structure", "pace"]
-        for a in asked ?? [] where !["loudness", "key", "instruments"].contains(a) {
-            throw ValidationError(planned.contains(a) ? "--only \(a): not available yet (loudness, key and instruments are)." : "--only: unknown dimension '\(a)'.")
+        let planned = ["structure", "pace"]
+        for a in asked ?? [] where !["loudness", "key", "rhythm", "instruments"].contains(a) {
+            throw ValidationError(planned.contains(a) ? "--only \(a): not available yet (loudness, key, rhythm and instruments are)." : "--only: unknown dimension '\(a)'.")
         }
     }
 
     mutating func run() async throws {
         let wantLoudness = asked?.contains("loudness") ?? true
         let wantKey = asked?.contains("key") ?? true
+        let wantRhythm = asked?.contains("rhythm") ?? true
         var soundModel: SoundModel?
         if asked?.contains("instruments") ?? true {
             do {
@@ -82,15 +87,16 @@ struct AnalyzeCommand: AsyncParsableCommand {
         var failed = 0
         for file in files {
             do {
-                let f = try Fingerprinter.fingerprint(path: file, digest: false, loudness: wantLoudness, sound: soundModel, key: wantKey)
+                let f = try Fingerprinter.fingerprint(path: file, digest: false,
+                                                      analyses: Analyses(loudness: wantLoudness, key: wantKey, rhythm: wantRhythm, sound: soundModel))
                 let report = AnalysisReport(path: file, loudness: f.loudness, key: wantKey ? .some(f.key) : nil,
-                                            instruments: f.instruments, error: nil)
+                                            rhythm: wantRhythm ? .some(f.rhythm) : nil, instruments: f.instruments, error: nil)
                 if !json { print(report.humanText) }
                 reports.append(report)
             } catch {
                 let message = describe(error, file: file)
                 writeStderr(message + "\n")
-                reports.append(AnalysisReport(path: file, loudness: nil, key: nil, instruments: nil, error: message))
+                reports.append(AnalysisReport(path: file, loudness: nil, key: nil, rhythm: nil, instruments: nil, error: message))
                 failed += 1
             }
         }
@@ -104,15 +110,17 @@ struct AnalysisReport: Encodable {
     var loudness: LoudnessResult?
     /// nil: not asked; .some(nil): asked, no key found.
     var key: KeyResult??
+    var rhythm: RhythmResult??
     var instruments: InstrumentActivity?
     var error: String?
 
-    enum CodingKeys: String, CodingKey { case path, loudness, key, instruments, error }
+    enum CodingKeys: String, CodingKey { case path, loudness, key, rhythm, instruments, error }
     func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
         try c.encode(path, forKey: .path)
         try c.encode(loudness, forKey: .loudness)
         try c.encode(key ?? nil, forKey: .key)
+        try c.encode(rhythm ?? nil, forKey: .rhythm)
         try c.encode(instruments, forKey: .instruments)
         try c.encode(error, forKey: .error)
     }
@@ -137,6 +145,13 @@ struct AnalysisReport: Encodable {
                 lines.append(text)
             } else {
                 lines.append("  key unknown (no pitched sound)")
+            }
+        }
+        if let r = rhythm {
+            if let r, let bpm = r.bpm {
+                lines.append(String(format: "  rhythm %.1f BPM, %d beats, %d bars of %d", bpm, r.beats.count, r.bars.count, r.beatsPerBar))
+            } else {
+                lines.append("  rhythm unknown (no steady pulse)")
             }
         }
         if let i = instruments { lines.append("  instruments: " + i.summaryText) }

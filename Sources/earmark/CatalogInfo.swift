@@ -48,6 +48,10 @@ struct CatalogInfoCommand: AsyncParsableCommand {
                     let changes = k.ranges.count > 1 ? " (\(k.ranges.count) key ranges)" : ""
                     print(pad("key:", 11) + " \(k.tonic) \(k.mode.rawValue)" + changes)
                 }
+                for a in analyses where a.kind == RhythmResult.kind {
+                    guard let r = try? JSONDecoder().decode(RhythmResult.self, from: a.json), let bpm = r.bpm else { continue }
+                    print(pad("rhythm:", 11) + String(format: " %.1f BPM, %d beats a bar", bpm, r.beatsPerBar))
+                }
                 for a in analyses where a.kind == InstrumentActivity.kind {
                     guard let s = try? JSONDecoder().decode(InstrumentSummary.self, from: a.json) else { continue }
                     print(pad("instruments:", 11) + " " + s.summaryText)

@@ -25,7 +25,8 @@ struct MatchCommand: AsyncParsableCommand {
         --json: for one clip, one object {path, matches: [{track, matchOffset, confidence, score, \
         significance, runnerUpScore, frequencySkew, timeScale, alternativeOffsets, queryStart, \
         queryEnd, referenceStart, referenceEnd, key (the track's stored key at the matched stretch, \
-        {start, end, tonic, mode}, when `catalog add --analyze` stored one; else null), …}], \
+        {start, end, tonic, mode}, when `catalog add --analyze` stored one; else null), bpm (the tempo \
+        of the stored beats in the matched stretch, or null), …}], \
         queryDuration, queryLandmarks, candidateHits, loudness (the clip's EBU R 128 loudness, as \
         `earmark analyze` prints it; null for .earsig files), sound (with --classify: the clip's sound \
         classification, as `catalog info --json` shows a track's: model, dominant labels with their \
@@ -83,7 +84,7 @@ struct MatchCommand: AsyncParsableCommand {
                 do {
                     let (result, loudness, sound) = try recognizer.matchAnalyzing(path: clip, sound: soundModel)
                     var r = ClipReport(path: clip, result: result, loudness: loudness, sound: sound)
-                    r.keys = try result.matches.map { try recognizer.keyAtMatch($0) }
+                    r.contexts = try result.matches.map { try recognizer.context(of: $0) }
                     report = r
                     if result.matches.isEmpty { unmatched += 1 }
                 } catch let error as CatalogError {
@@ -108,15 +109,16 @@ struct MatchCommand: AsyncParsableCommand {
     }
 }
 
-/// A match as JSON, with the track's stored key at the matched stretch added to its fields.
+/// A match as JSON, with the track's stored key and tempo at the matched stretch added to its fields.
 struct MatchWithContext: Encodable {
     var match: Match
-    var key: KeyRange?
-    enum CodingKeys: String, CodingKey { case key }
+    var context: MatchContext
+    enum CodingKeys: String, CodingKey { case key, bpm }
     func encode(to encoder: any Encoder) throws {
         try match.encode(to: encoder)
         var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(key, forKey: .key)
+        try c.encode(context.key, forKey: .key)
+        try c.encode(context.bpm, forKey: .bpm)
     }
 }
 
@@ -124,8 +126,8 @@ struct MatchWithContext: Encodable {
 struct ClipReport: Encodable {
     var path: String
     var matches: [Match] = []
-    /// The stored key of each match's track at the matched stretch (parallel to `matches`).
-    var keys: [KeyRange?] = []
+    /// Stored key and tempo of each match's track at the matched stretch (parallel to `matches`).
+    var contexts: [MatchContext] = []
     var queryDuration: Double?
     var queryLandmarks: Int?
     var candidateHits: Int?
@@ -155,7 +157,7 @@ struct ClipReport: Encodable {
     func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
         try c.encode(path, forKey: .path)
-        try c.encode(matches.indices.map { MatchWithContext(match: matches[$0], key: keys.indices.contains($0) ? keys[$0] : nil) },
+        try c.encode(matches.indices.map { MatchWithContext(match: matches[$0], context: contexts.indices.contains($0) ? contexts[$0] : MatchContext()) },
                      forKey: .matches)
         try c.encode(queryDuration, forKey: .queryDuration)   // null when absent
         try c.encode(queryLandmarks, forKey: .queryLandmarks)
@@ -171,7 +173,10 @@ struct ClipReport: Encodable {
         if let s = sound { notes.append(s.summaryText) }
         let level = notes.isEmpty ? "" : " (" + notes.joined(separator: "; ") + ")"
         guard let first = matches.first else { return "\(path): no match" + level }
-        let key = keys.first.flatMap { $0 }.map { " [key \($0.tonic) \($0.mode.rawValue)]" } ?? ""
+        var context: [String] = []
+        if let k = contexts.first?.key { context.append("key \(k.tonic) \(k.mode.rawValue)") }
+        if let bpm = contexts.first?.bpm { context.append(String(format: "%.0f BPM", bpm)) }
+        let key = context.isEmpty ? "" : " [" + context.joined(separator: ", ") + "]"
         var lines = ["\(path): \(ClipReport.describe(first))" + key + level]
         for m in matches.dropFirst() { lines.append("    also: \(ClipReport.describe(m))") }
         return lines.joined(separator: "\n")

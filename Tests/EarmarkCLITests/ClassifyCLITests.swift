@@ -99,6 +99,8 @@ struct ClassifyCLITests {
         #expect(MusicalKeySpelling.valid(key["tonic"] as? String))
         #expect(["major", "minor"].contains(key["mode"] as? String ?? ""))
         #expect((key["start"] as! Double) <= 30 && (key["end"] as! Double) >= 30)
+        let bpm = try #require(((m["matches"] as! [[String: Any]])[0]["bpm"]) as? Double)
+        #expect(bpm > 40 && bpm < 240)
         let clipSound = m["sound"] as! [String: Any]
         #expect(((clipSound["dominant"] as! [[String: Any]])[0]["label"] as? String) == "Music")
         let plain = try EarmarkCLI.run(["match", "--catalog", catalog, "--json", tmp.path("clip.wav")], environment: env)
@@ -198,5 +200,33 @@ struct InstrumentActivityCLITests {
         let text = try EarmarkCLI.run(["analyze", try audio.reference("goin_march").path], environment: env)
         #expect(text.stdoutText.contains("instruments: brass"), "\(text.stdoutText)")
         #expect(text.stdoutText.contains("LUFS integrated"))
+    }
+}
+
+@Suite("earmark analyze: key and rhythm")
+struct KeyRhythmCLITests {
+    @Test("analyze --json gives a spelled key with ranges and beats, bars and BPM; --only picks dimensions")
+    func keyAndRhythm() throws {
+        let audio = try TestAudio.set()
+        let track = try audio.reference("pingus-4").path
+        let out = try EarmarkCLI.run(["analyze", "--only", "key,rhythm", "--json", track])
+        #expect(out.status == 0, "\(out)")
+        let report = try JSONSerialization.jsonObject(with: out.stdout) as! [String: Any]
+        #expect(report["loudness"] is NSNull && report["instruments"] is NSNull)
+        let key = try #require(report["key"] as? [String: Any])
+        #expect(MusicalKeySpelling.valid(key["tonic"] as? String))
+        let ranges = key["ranges"] as! [[String: Any]]
+        #expect(!ranges.isEmpty && (ranges[0]["start"] as! Double) == 0)
+        let rhythm = try #require(report["rhythm"] as? [String: Any])
+        let beats = rhythm["beats"] as! [Double], bars = rhythm["bars"] as! [Double]
+        #expect(beats.count > 50)
+        #expect(zip(beats, beats.dropFirst()).allSatisfy { $0 < $1 })
+        #expect(Set(bars).isSubset(of: Set(beats)))
+        let bpm = rhythm["bpm"] as! Double
+        #expect(bpm > 40 && bpm < 240)
+        #expect(abs(Double(beats.count) - bpm * (beats.last! - beats.first!) / 60) < 0.1 * Double(beats.count))
+        #expect(try EarmarkCLI.run(["analyze", "--only", "structure", track]).status == 64)
+        let speech = try EarmarkCLI.run(["analyze", "--only", "key", audio.speech[0].path])
+        #expect(speech.stdoutText.contains("key unknown"))
     }
 }

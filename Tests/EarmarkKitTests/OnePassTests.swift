@@ -9,7 +9,7 @@ struct OnePassTests {
     func sameFingerprint(stem: String) async throws {
         let url = try TestAudio.set().reference(stem)
         let plain = try Fingerprinter.fingerprint(path: url.path)
-        let measured = try Fingerprinter.fingerprint(path: url.path, loudness: true)
+        let measured = try Fingerprinter.fingerprint(path: url.path, analyses: Analyses(loudness: true))
         #expect(measured.contentHash == plain.contentHash)
         #expect(measured.signature == plain.signature)
         #expect(plain.loudness == nil)
@@ -23,7 +23,7 @@ struct OnePassTests {
         let m4a = dir.file("clip.m4a")
         try Run.ffmpeg(["-i", try TestAudio.set().reference("sorcerer").path, "-t", "20", "-c:a", "aac", "-b:a", "128k", m4a.path])
         let plain = try Fingerprinter.fingerprint(path: m4a.path)
-        let measured = try Fingerprinter.fingerprint(path: m4a.path, loudness: true)
+        let measured = try Fingerprinter.fingerprint(path: m4a.path, analyses: Analyses(loudness: true))
         #expect(plain.decoder == .ffmpeg)
         #expect(measured.contentHash == plain.contentHash && measured.signature == plain.signature)
         let loudness = try #require(measured.loudness)
