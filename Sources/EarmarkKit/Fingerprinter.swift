@@ -77,54 +77,40 @@ public enum Fingerprinter {
 }
 
 extension Fingerprinter {
+    /// Decodes `path` once for the `analyses` alone (no signature: the result's signature is empty).
+    public static func analyze(path: String, analyses: Analyses) throws -> FingerprintedFile {
+        try fingerprintAnalyzing(path: path, configuration: .current, digest: false, analyses: analyses, signature: false)
+    }
+
     /// One pass over the file's own channels: the loudness meter takes them as they are, the fingerprint
     /// their average converted to 44.1 kHz, exactly as ``AudioFileReader`` makes it (same chunks, same
     /// downmix), so signatures and digests do not depend on whether loudness was measured.
     /// One decoding pass feeding the signature generator and every analysis asked for (loudness on the
     /// file's own channels and rate, sound classification from the same buffers).
     static func fingerprintAnalyzing(path: String, configuration: SignatureConfiguration, digest: Bool,
-                                     analyses request: Analyses) throws -> FingerprintedFile {
+                                     analyses request: Analyses, signature: Bool = true) throws -> FingerprintedFile {
         let reader = try MultichannelFileReader(path: path)
         let keyDetector = request.key ? try KeyDetector(inputRate: reader.sampleRate) : nil
         let beatTracker = request.rhythm ? try BeatTracker(inputRate: reader.sampleRate) : nil
         let meter = request.loudness ? try LoudnessMeter(sampleRate: reader.sampleRate, channels: reader.channels) : nil
-        let classifier = try request.sound.map { try SoundClassificationStream(model: $0) }
-        var windows: [SoundWindow] = []
-        func analyses() -> (LoudnessResult?, SoundAnalysis?, InstrumentActivity?) {
-            windows += classifier?.finish() ?? []
-            let analysis = classifier.map {
-                SoundAnalysis(windows: windows, duration: $0.duration, model: $0.model, options: $0.options)
-            }
-            let instruments = classifier.flatMap {
-                InstrumentActivity.supports($0.model) ? try? InstrumentActivity(windows: windows, duration: $0.duration, model: $0.model) : nil
-            }
-            return (meter?.result(), analysis, instruments)
+        // Whole-file analysis classifies back-to-back patches (no overlap): half the cost of `classify`'s default.
+        let classifier = try request.sound.map {
+            try SoundClassificationStream(model: $0, options: ClassificationOptions(windowDuration: $0.frontEnd.patchDuration, overlapFactor: 0))
         }
-        if reader.decoder == .ffmpeg {
-            // ffmpeg's own mono downmix made every fingerprint of such files so far; keep it, and analyse
-            // the stereo stream in a second pass.
-            var f = try fingerprint(path: path, configuration: configuration, digest: digest)
-            while let buffer = try reader.next() {
-                meter?.append(buffer.samples)
-                windows += try classifier?.append(buffer) ?? []
-                let mono = buffer.mono
-                keyDetector?.append(mono)
-                beatTracker?.append(mono)
-            }
-            (f.loudness, f.sound, f.instruments) = analyses()
-            f.key = keyDetector?.result()
-            f.rhythm = beatTracker?.result()
-            return f
-        }
-        let resampler = try Resampler(inputRate: reader.sampleRate)
-        let generator = SignatureGenerator(configuration: configuration)
+        // ffmpeg's own mono downmix made every fingerprint of such files so far; keep it (a pass of its
+        // own), and analyse the stereo stream here.
+        let separate = signature && reader.decoder == .ffmpeg ? try fingerprint(path: path, configuration: configuration, digest: digest) : nil
+        let signing = signature && separate == nil
+        let resampler = signing ? try Resampler(inputRate: reader.sampleRate) : nil
+        let generator = signing ? SignatureGenerator(configuration: configuration) : nil
         var hasher = AudioDigest()
         var frames = 0
         func feed(_ mono: [Float]) throws {
-            guard !mono.isEmpty else { return }
+            guard !mono.isEmpty, let generator else { return }
             try generator.append(mono)
             if digest { hasher.update(mono) }
         }
+        var windows: [SoundWindow] = []
         while let buffer = try reader.next() {
             meter?.append(buffer.samples)
             windows += try classifier?.append(buffer) ?? []
@@ -132,14 +118,24 @@ extension Fingerprinter {
             let mono = buffer.mono
             keyDetector?.append(mono)
             beatTracker?.append(mono)
-            try feed(resampler.process(mono))
+            if let resampler { try feed(resampler.process(mono)) }
         }
         guard frames > 0 else { throw AudioError(.empty, "no audio samples in file", path: path) }
-        try feed(resampler.flush())
-        let (l, s, i) = analyses()
-        return FingerprintedFile(path: path, signature: generator.signature(), contentHash: digest ? hasher.finalizeHex() : "",
-                                 decoder: reader.decoder, loudness: l, sound: s, instruments: i, key: keyDetector?.result(),
-                                 rhythm: beatTracker?.result())
+        if let resampler { try feed(resampler.flush()) }
+        windows += classifier?.finish() ?? []
+        var f = separate ?? FingerprintedFile(
+            path: path,
+            signature: generator?.signature()
+                ?? Signature(configurationVersion: configuration.version, duration: Double(frames) / reader.sampleRate, peaks: []),
+            contentHash: digest && signing ? hasher.finalizeHex() : "", decoder: reader.decoder)
+        f.loudness = meter?.result()
+        f.sound = classifier.map { SoundAnalysis(windows: windows, duration: $0.duration, model: $0.model, options: $0.options) }
+        f.instruments = classifier.flatMap {
+            InstrumentActivity.supports($0.model) ? try? InstrumentActivity(windows: windows, duration: $0.duration, model: $0.model) : nil
+        }
+        f.key = keyDetector?.result()
+        f.rhythm = beatTracker?.result()
+        return f
     }
 }
 

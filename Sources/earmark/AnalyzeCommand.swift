@@ -24,7 +24,7 @@ struct AnalyzeCommand: AsyncParsableCommand {
 
         Instrument activity comes from the sound classifier (YAMNet, see `earmark classify --help`): \
         for each family (drums, bass, guitar, keys, strings, brass, woodwinds, voice, synth) a 0…1 \
-        activity curve, one value per 0.96-s window every 0.48 s (the best score among the family's \
+        activity curve, one value per 0.96-s window, back to back (the best score among the family's \
         labels), and the time ranges where it plays (the curve reaches 0.1 and stays at 0.05 or more; gaps \
         up to 1 s joined, ranges under 1 s dropped). It is left out, with a warning, when no model is \
         installed, unless --only asks for it.
@@ -87,8 +87,8 @@ struct AnalyzeCommand: AsyncParsableCommand {
         var failed = 0
         for file in files {
             do {
-                let f = try Fingerprinter.fingerprint(path: file, digest: false,
-                                                      analyses: Analyses(loudness: wantLoudness, key: wantKey, rhythm: wantRhythm, sound: soundModel))
+                let f = try Fingerprinter.analyze(path: file,
+                                                  analyses: Analyses(loudness: wantLoudness, key: wantKey, rhythm: wantRhythm, sound: soundModel))
                 let report = AnalysisReport(path: file, loudness: f.loudness, key: wantKey ? .some(f.key) : nil,
                                             rhythm: wantRhythm ? .some(f.rhythm) : nil, instruments: f.instruments, error: nil)
                 if !json { print(report.humanText) }

@@ -193,7 +193,7 @@ struct InstrumentActivityCLITests {
         let brass = try #require(march["brass"])
         #expect(activeSeconds(brass) >= 10, "\(brass["activeRanges"]!)")
         let curve = brass["activity"] as! [[String: Double]]
-        #expect(curve.count >= 190)
+        #expect(curve.count >= 95)
         #expect(curve.allSatisfy { (0...1).contains($0["value"]!) && $0["end"]! > $0["start"]! })
         for (name, f) in families(reports[1]) { #expect(activeSeconds(f) < 5, "speech: \(name) active") }
         for (name, f) in families(reports[2]) { #expect(activeSeconds(f) == 0, "silence: \(name) active") }
