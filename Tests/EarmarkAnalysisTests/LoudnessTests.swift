@@ -102,7 +102,7 @@ struct LoudnessTests {
         try Data("RIFF....WAVEfmt garbage".utf8).write(to: bad)
         let failed = try EarmarkCLI.run(["analyze", bad.path])
         #expect(failed.status == 2 && !failed.stderrText.isEmpty, "\(failed)")
-        let unknown = try EarmarkCLI.run(["analyze", "--only", "key", track.path])
+        let unknown = try EarmarkCLI.run(["analyze", "--only", "tempo", track.path])
         #expect(unknown.status == 64, "\(unknown)")
     }
 }
