@@ -4,20 +4,26 @@ import EarmarkKit
 import Foundation
 
 var data = ""
+var corpus = ""
+var medleys = 40
+var seed: UInt64 = 7
 var limit = Int.max
 var verbose = false
 var args = CommandLine.arguments.dropFirst().makeIterator()
 while let a = args.next() {
     switch a {
     case "--data": data = args.next() ?? ""
+    case "--corpus": corpus = args.next() ?? ""
+    case "--medleys": medleys = Int(args.next() ?? "") ?? medleys
+    case "--seed": seed = UInt64(args.next() ?? "") ?? seed
     case "--limit": limit = Int(args.next() ?? "") ?? Int.max
     case "--verbose": verbose = true
     default:
-        print("usage: earmark-music-bench --data DIR [--limit N] [--verbose]\n  DIR/key/manifest.tsv: path, tonic, mode, …; DIR/beats/manifest.tsv: path, beats_path, bpm, …")
+        print("usage: earmark-music-bench --data DIR [--corpus CORPUS/public [--medleys N] [--seed S]] [--limit N] [--verbose]\n  DIR/key/manifest.tsv: path, tonic, mode, …; DIR/beats/manifest.tsv: path, beats_path, bpm, …")
         exit(a == "--help" ? 0 : 2)
     }
 }
-guard !data.isEmpty else { print("earmark-music-bench: --data is required"); exit(2) }
+guard !data.isEmpty || !corpus.isEmpty else { print("earmark-music-bench: --data or --corpus is required"); exit(2) }
 
 func cpuSeconds() -> Double {
     var usage = rusage()
@@ -25,7 +31,7 @@ func cpuSeconds() -> Double {
     return Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
 }
 
-let manifest = try String(contentsOfFile: data + "/key/manifest.tsv", encoding: .utf8)
+if !data.isEmpty, let manifest = try? String(contentsOfFile: data + "/key/manifest.tsv", encoding: .utf8) {
 let lines = manifest.split(separator: "\n")
 let header = lines[0].split(separator: "\t").map(String.init)
 guard let pathColumn = header.firstIndex(of: "path"), let tonicColumn = header.firstIndex(of: "tonic"),
@@ -56,6 +62,7 @@ let count = n
 func pct(_ k: Int) -> String { String(format: "%.1f %%", 100 * Double(k) / Double(max(1, count))) }
 print("key on \(n) pieces: MIREX weighted score \(String(format: "%.3f", total / Double(max(1, n)))); exact \(pct(exact)), fifth \(pct(fifth)), relative \(pct(relative)), parallel \(pct(parallel)), other \(pct(other))")
 print(String(format: "speed: %.0f × real-time on one core (decoding included)", audioSeconds / max(cpu, 1e-9)))
+}
 
 // Beats, downbeats, tempo.
 let beatManifestPath = data + "/beats/manifest.tsv"
@@ -95,4 +102,56 @@ if let beatManifest = try? String(contentsOfFile: beatManifestPath, encoding: .u
     print(String(format: "beats on %d pieces: F-measure (±70 ms) %.3f; downbeat F %.3f; tempo Acc1 %.3f, Acc2 %.3f", pieces, fSum / p, dSum / p,
                  Double(acc1) / p, Double(acc2) / p))
     print(String(format: "speed: beat tracking %.0f × real-time on one core (decoding included)", seconds / max(cpuUsed, 1e-9)))
+}
+
+// Structure on medleys of real tracks: 3–5 excerpts of 20–60 s from different tracks of the corpus,
+// joined; the joins are the true section boundaries.
+if !corpus.isEmpty, let list = try? String(contentsOfFile: corpus + "/manifest.tsv", encoding: .utf8) {
+    let rows = list.split(separator: "\n").dropFirst().map { $0.split(separator: "\t").map(String.init) }
+    var rng = SeededGenerator(seed: seed)
+    var fSum = 0.0, seconds = 0.0, cpuUsed = 0.0
+    for m in 0..<medleys {
+        let parts = 3 + Int(rng.next() % 3)
+        var audio: [Float] = [], joins: [Double] = []
+        var used = Set<Int>()
+        for p in 0..<parts {
+            var t = Int(rng.next() % UInt64(rows.count))
+            while used.contains(t) { t = Int(rng.next() % UInt64(rows.count)) }
+            used.insert(t)
+            let length = 20 + Double(rng.next() % 41)
+            let available = max(0, (Double(rows[t][2]) ?? 0) - length - 10)
+            let start = 5 + Double(rng.next() % UInt64(max(1, Int(available))))
+            let reader = try AudioFileReader(path: rows[t][1])
+            var samples: [Float] = []
+            while samples.count < Int((start + length) * 44_100), let chunk = try reader.next() { samples += chunk }
+            let from = min(samples.count, Int(start * 44_100)), to = min(samples.count, Int((start + length) * 44_100))
+            if p > 0 { joins.append(Double(audio.count) / 44_100) }
+            audio += samples[from..<to]
+        }
+        let t0 = cpuSeconds()
+        let analyzer = try StructureAnalyzer(inputRate: 44_100)
+        analyzer.append(audio)
+        let r = analyzer.result()
+        cpuUsed += cpuSeconds() - t0
+        seconds += Double(audio.count) / 44_100
+        let estimated = (r?.sections ?? []).dropFirst().map(\.start)
+        let f = StructureAnalyzer.boundaryF(estimated: estimated, reference: joins)
+        fSum += f
+        if verbose { print(String(format: "  medley %d: F %.2f  truth %@  found %@", m, f, joins.map { String(format: "%.0f", $0) }.joined(separator: ","),
+                                  estimated.map { String(format: "%.0f", $0) }.joined(separator: ","))) }
+    }
+    print(String(format: "structure on %d medleys of real tracks: section boundary F@3 s %.3f (not told the number of parts); %.0f × real-time", medleys,
+                 fSum / Double(max(1, medleys)), seconds / max(cpuUsed, 1e-9)))
+}
+
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
 }

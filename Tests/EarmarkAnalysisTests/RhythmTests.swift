@@ -76,3 +76,38 @@ struct RhythmTests {
         _ = try rhythm(Signal.whiteNoise(count: 44_100 * 10, rms: 0.1, seed: 9))
     }
 }
+
+@Suite("Structure: sections, segments, phrases")
+struct StructureTests {
+    @Test("a medley of three real tracks is cut into sections at the joins; phrases follow the bars")
+    func medley() throws {
+        let audio = try TestAudio.set()
+        var samples: [Float] = []
+        var joins: [Double] = []
+        for (i, stem) in ["pingus-4", "sorcerer", "goin_march"].enumerated() {
+            let track = try Fixtures.decode(try audio.reference(stem))
+            if i > 0 { joins.append(Double(samples.count) / 44_100) }
+            samples += track[(10 * 44_100)..<(50 * 44_100)]
+        }
+        let analyzer = try StructureAnalyzer(inputRate: 44_100)
+        analyzer.append(samples)
+        let bars = stride(from: 0.0, to: 120, by: 2.4).map { $0 }
+        let r = try #require(analyzer.result(bars: bars))
+        let cuts = r.sections.dropFirst().map(\.start)
+        #expect(StructureAnalyzer.boundaryF(estimated: cuts, reference: joins) >= 0.66, "\(cuts) vs \(joins)")
+        #expect(r.sections.first?.start == 0 && abs((r.sections.last?.end ?? 0) - r.duration) < 1e-9)
+        #expect(r.sections.allSatisfy { $0.label != nil })
+        #expect(r.segments.count >= r.sections.count)
+        #expect(!r.phrases.isEmpty && r.phrases.allSatisfy { $0.end > $0.start })
+    }
+
+    @Test("silence and a 2-s file have no structure worth reporting, without crashing")
+    func badInput() throws {
+        let a = try StructureAnalyzer(inputRate: 44_100)
+        a.append([Float](repeating: 0, count: 44_100 * 2))
+        #expect(a.result() == nil)
+        let b = try StructureAnalyzer(inputRate: 44_100)
+        b.append([Float](repeating: 0, count: 44_100 * 30))
+        if let r = b.result() { #expect(r.sections.count == 1, "\(r.sections)") }
+    }
+}
