@@ -25,6 +25,10 @@ public struct FingerprintedFile: Sendable {
     public var key: KeyResult? = nil
     /// Beats, bars and BPM, when asked for (nil also when the audio has no pulse).
     public var rhythm: RhythmResult? = nil
+    /// Sections, segments and phrases, when asked for.
+    public var structure: StructureResult? = nil
+    /// Musical events per minute over time, when asked for.
+    public var pace: PaceResult? = nil
 }
 
 /// Which analyses a decoding pass computes besides the signature.
@@ -32,20 +36,27 @@ public struct Analyses: Sendable {
     public var loudness = false
     public var key = false
     public var rhythm = false
+    public var structure = false
+    public var pace = false
     /// Sound classification (and instrument activity, for AudioSet models) with this model.
     public var sound: SoundModel? = nil
 
-    public init(loudness: Bool = false, key: Bool = false, rhythm: Bool = false, sound: SoundModel? = nil) {
+    public init(loudness: Bool = false, key: Bool = false, rhythm: Bool = false, structure: Bool = false, pace: Bool = false,
+                sound: SoundModel? = nil) {
         self.loudness = loudness
         self.key = key
         self.rhythm = rhythm
+        self.structure = structure
+        self.pace = pace
         self.sound = sound
     }
 
-    /// Loudness, key and rhythm, plus sound classification when a model is given.
-    public static func all(sound: SoundModel?) -> Analyses { Analyses(loudness: true, key: true, rhythm: true, sound: sound) }
+    /// Loudness, key, rhythm, structure and pace, plus sound classification when a model is given.
+    public static func all(sound: SoundModel?) -> Analyses {
+        Analyses(loudness: true, key: true, rhythm: true, structure: true, pace: true, sound: sound)
+    }
 
-    var any: Bool { loudness || key || rhythm || sound != nil }
+    var any: Bool { loudness || key || rhythm || structure || pace || sound != nil }
 }
 
 /// Decodes audio files into signatures in one streaming pass.
@@ -91,7 +102,9 @@ extension Fingerprinter {
                                      analyses request: Analyses, signature: Bool = true) throws -> FingerprintedFile {
         let reader = try MultichannelFileReader(path: path)
         let keyDetector = request.key ? try KeyDetector(inputRate: reader.sampleRate) : nil
-        let beatTracker = request.rhythm ? try BeatTracker(inputRate: reader.sampleRate) : nil
+        // Structure's phrases need the bars, and pace the onset envelope: both come from the beat tracker.
+        let beatTracker = request.rhythm || request.structure || request.pace ? try BeatTracker(inputRate: reader.sampleRate) : nil
+        let structure = request.structure ? try StructureAnalyzer(inputRate: reader.sampleRate) : nil
         let meter = request.loudness ? try LoudnessMeter(sampleRate: reader.sampleRate, channels: reader.channels) : nil
         // Whole-file analysis classifies back-to-back patches (no overlap): half the cost of `classify`'s default.
         let classifier = try request.sound.map {
@@ -118,6 +131,7 @@ extension Fingerprinter {
             let mono = buffer.mono
             keyDetector?.append(mono)
             beatTracker?.append(mono)
+            structure?.append(mono)
             if let resampler { try feed(resampler.process(mono)) }
         }
         guard frames > 0 else { throw AudioError(.empty, "no audio samples in file", path: path) }
@@ -134,7 +148,10 @@ extension Fingerprinter {
             InstrumentActivity.supports($0.model) ? try? InstrumentActivity(windows: windows, duration: $0.duration, model: $0.model) : nil
         }
         f.key = keyDetector?.result()
-        f.rhythm = beatTracker?.result()
+        let rhythm = beatTracker?.result()
+        f.rhythm = request.rhythm ? rhythm : nil
+        f.structure = structure?.result(bars: rhythm?.bars ?? [])
+        f.pace = request.pace ? beatTracker?.pace() : nil
         return f
     }
 }

@@ -44,7 +44,7 @@ public struct Ingestor: Sendable {
     public var workers: Int
     /// Seconds to wait for another process's write lock.
     public var busyTimeout: Double
-    /// Whether each file's loudness, key and rhythm (and, with `soundModel`, its sound classification and instrument activity) are measured in the same decoding pass and
+    /// Whether each file's loudness, key, rhythm, structure and pace (and, with `soundModel`, its sound classification and instrument activity) are measured in the same decoding pass and
     /// stored with the track. Default false: it makes indexing about three times slower.
     public var analyze: Bool
     /// With `analyze`, each file is also classified with this model (stored as kind `sound`).
@@ -159,6 +159,12 @@ public struct Ingestor: Sendable {
             }
             if let rhythm = file.rhythm {
                 analyses.append(TrackAnalysis(kind: RhythmResult.kind, version: RhythmResult.version, json: try encoder.encode(rhythm)))
+            }
+            if let structure = file.structure {
+                analyses.append(TrackAnalysis(kind: StructureResult.kind, version: StructureResult.version, json: try encoder.encode(structure)))
+            }
+            if let pace = file.pace {
+                analyses.append(TrackAnalysis(kind: PaceResult.kind, version: PaceResult.version, json: try encoder.encode(pace)))
             }
             if let key = file.key {
                 analyses.append(TrackAnalysis(kind: KeyResult.kind, version: KeyResult.version, json: try encoder.encode(key)))

@@ -5,7 +5,7 @@ import Foundation
 struct AnalyzeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "analyze",
-        abstract: "Measure music metadata of audio files (so far: loudness, key, rhythm and instrument activity).",
+        abstract: "Measure music metadata of audio files: loudness, key, rhythm, structure, pace, instrument activity.",
         discussion: """
         Loudness follows EBU R 128 / ITU-R BS.1770-4 (libebur128), measured on the file's own channels \
         and sample rate: integrated loudness (LUFS), loudness range (LU), true peak (dBTP), sample \
@@ -22,6 +22,12 @@ struct AnalyzeCommand: AsyncParsableCommand {
         (null with fewer than two beats), from a spectral-flux onset envelope, a tempo estimate, \
         dynamic-programming beat tracking and the beat phase with the most bass onsets.
 
+        Structure: sections (large parts, labelled A, B, … by similarity), segments (finer changes) and \
+        phrases (four bars each, inside segments) as time ranges, from the novelty of a self-similarity \
+        matrix of pitch-class and band-energy features.
+
+        Pace: musical events (note and drum onsets) per minute, overall and over 10-s ranges every 5 s.
+
         Instrument activity comes from the sound classifier (YAMNet, see `earmark classify --help`): \
         for each family (drums, bass, guitar, keys, strings, brass, woodwinds, voice, synth) a 0…1 \
         activity curve, one value per 0.96-s window, back to back (the best score among the family's \
@@ -32,10 +38,11 @@ struct AnalyzeCommand: AsyncParsableCommand {
         --json: one object {path, loudness: {integrated, range, truePeak, samplePeak, maximumMomentary, \
         maximumShortTerm, momentary: [{start, end, value}], shortTerm: [{start, end, value}], duration, \
         sampleRate, channels}, key: {tonic, mode, strength, margin, ranges: [{start, end, tonic, mode}], \
-        duration}, rhythm: {beats, bars, beatsPerBar, bpm, duration}, instruments: {model, duration, families: [{family, activeRanges: [{start, end}], \
+        duration}, rhythm: {beats, bars, beatsPerBar, bpm, duration}, structure: {sections: [{start, end, \
+        label}], segments, phrases, duration}, pace: {overall, values: [{start, end, value}], duration}, instruments: {model, duration, families: [{family, activeRanges: [{start, end}], \
         activity: [{start, end, value}]}]}, error} per file; an array for several files.
 
-        Structure and pace are planned; --only accepts loudness, key, rhythm and instruments.
+        --only picks dimensions: loudness, key, rhythm, structure, pace, instruments.
 
         Exit codes: 0 every file analysed; 2 some file could not be read.
         """
@@ -44,7 +51,7 @@ struct AnalyzeCommand: AsyncParsableCommand {
     @Flag(help: "Print JSON on standard output instead of text.")
     var json = false
 
-    @Option(help: ArgumentHelp("Dimensions to compute, comma-separated (loudness, key, rhythm, instruments). Default: all available.", valueName: "list"))
+    @Option(help: ArgumentHelp("Dimensions to compute, comma-separated (loudness, key, rhythm, structure, pace, instruments). Default: all available.", valueName: "list"))
     var only: String?
 
     @Option(help: ArgumentHelp("Sound model for instrument activity (default: see `earmark classify --help`).", valueName: "path"))
@@ -58,9 +65,8 @@ struct AnalyzeCommand: AsyncParsableCommand {
     }
 
     func validate() throws {
-        let planned = ["structure", "pace"]
-        for a in asked ?? [] where !["loudness", "key", "rhythm", "instruments"].contains(a) {
-            throw ValidationError(planned.contains(a) ? "--only \(a): not available yet (loudness, key, rhythm and instruments are)." : "--only: unknown dimension '\(a)'.")
+        for a in asked ?? [] where !["loudness", "key", "rhythm", "structure", "pace", "instruments"].contains(a) {
+            throw ValidationError("--only: unknown dimension '\(a)' (loudness, key, rhythm, structure, pace, instruments).")
         }
     }
 
@@ -68,6 +74,8 @@ struct AnalyzeCommand: AsyncParsableCommand {
         let wantLoudness = asked?.contains("loudness") ?? true
         let wantKey = asked?.contains("key") ?? true
         let wantRhythm = asked?.contains("rhythm") ?? true
+        let wantStructure = asked?.contains("structure") ?? true
+        let wantPace = asked?.contains("pace") ?? true
         var soundModel: SoundModel?
         if asked?.contains("instruments") ?? true {
             do {
@@ -88,15 +96,18 @@ struct AnalyzeCommand: AsyncParsableCommand {
         for file in files {
             do {
                 let f = try Fingerprinter.analyze(path: file,
-                                                  analyses: Analyses(loudness: wantLoudness, key: wantKey, rhythm: wantRhythm, sound: soundModel))
+                                                  analyses: Analyses(loudness: wantLoudness, key: wantKey, rhythm: wantRhythm,
+                                                                     structure: wantStructure, pace: wantPace, sound: soundModel))
                 let report = AnalysisReport(path: file, loudness: f.loudness, key: wantKey ? .some(f.key) : nil,
-                                            rhythm: wantRhythm ? .some(f.rhythm) : nil, instruments: f.instruments, error: nil)
+                                            rhythm: wantRhythm ? .some(f.rhythm) : nil, structure: wantStructure ? .some(f.structure) : nil,
+                                            pace: wantPace ? .some(f.pace) : nil, instruments: f.instruments, error: nil)
                 if !json { print(report.humanText) }
                 reports.append(report)
             } catch {
                 let message = describe(error, file: file)
                 writeStderr(message + "\n")
-                reports.append(AnalysisReport(path: file, loudness: nil, key: nil, rhythm: nil, instruments: nil, error: message))
+                reports.append(AnalysisReport(path: file, loudness: nil, key: nil, rhythm: nil, structure: nil, pace: nil, instruments: nil,
+                                              error: message))
                 failed += 1
             }
         }
@@ -111,16 +122,20 @@ struct AnalysisReport: Encodable {
     /// nil: not asked; .some(nil): asked, no key found.
     var key: KeyResult??
     var rhythm: RhythmResult??
+    var structure: StructureResult??
+    var pace: PaceResult??
     var instruments: InstrumentActivity?
     var error: String?
 
-    enum CodingKeys: String, CodingKey { case path, loudness, key, rhythm, instruments, error }
+    enum CodingKeys: String, CodingKey { case path, loudness, key, rhythm, structure, pace, instruments, error }
     func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
         try c.encode(path, forKey: .path)
         try c.encode(loudness, forKey: .loudness)
         try c.encode(key ?? nil, forKey: .key)
         try c.encode(rhythm ?? nil, forKey: .rhythm)
+        try c.encode(structure ?? nil, forKey: .structure)
+        try c.encode(pace ?? nil, forKey: .pace)
         try c.encode(instruments, forKey: .instruments)
         try c.encode(error, forKey: .error)
     }
@@ -154,6 +169,11 @@ struct AnalysisReport: Encodable {
                 lines.append("  rhythm unknown (no steady pulse)")
             }
         }
+        if let st = structure, let st {
+            let sections = st.sections.map { "\(formatDuration($0.start)) \($0.label ?? "")" }.joined(separator: ", ")
+            lines.append("  structure \(st.sections.count) sections (\(sections)), \(st.segments.count) segments, \(st.phrases.count) phrases")
+        }
+        if let p = pace, let p { lines.append(String(format: "  pace %.0f events a minute", p.overall)) }
         if let i = instruments { lines.append("  instruments: " + i.summaryText) }
         return lines.joined(separator: "\n")
     }

@@ -14,7 +14,7 @@ private func pattern(bpm: Double, beatsPerBar: Int, seconds: Double, start: Doub
         beats.append(t)
         let at = Int(t * rate)
         let downbeat = i % beatsPerBar == 0
-        for n in 0..<Int(0.12 * rate) where at + n < out.count {
+        for n in 0..<Int(0.35 * rate) where at + n < out.count {
             let x = Double(n) / rate
             var v = 0.25 * sin(2 * Double.pi * 2_000 * x) * exp(-x * 60)
             if downbeat { v += 0.6 * sin(2 * Double.pi * 80 * x) * exp(-x * 18) }
@@ -38,13 +38,13 @@ private func rhythm(_ samples: [Float]) throws -> RhythmResult? {
 
 @Suite("Rhythm: beats, bars, BPM")
 struct RhythmTests {
-    @Test("a 4/4 pattern at 100, 128 and 87 BPM: tempo within 1 BPM, beats F ≥ 0.9, bars on the kicks")
+    @Test("a 4/4 pattern at 100, 128 and 87 BPM: tempo within 1 BPM, beats F ≥ 0.9 within ±30 ms, bars on the kicks")
     func fourFour() throws {
         for bpm in [100.0, 128.0, 87.0] {
             let (audio, truth) = pattern(bpm: bpm, beatsPerBar: 4, seconds: 30)
             let r = try #require(try rhythm(audio))
             #expect(abs((r.bpm ?? 0) - bpm) < 1, "\(bpm): \(String(describing: r.bpm))")
-            #expect(BeatTracker.fMeasure(estimated: r.beats, reference: truth) >= 0.9, "\(bpm)")
+            #expect(BeatTracker.fMeasure(estimated: r.beats, reference: truth, tolerance: 0.03) >= 0.9, "\(bpm): \(r.beats.prefix(3)) vs \(truth.prefix(3))")
             #expect(r.beatsPerBar == 4)
             let downbeats = stride(from: 0, to: truth.count, by: 4).map { truth[$0] }
             #expect(BeatTracker.fMeasure(estimated: r.bars, reference: downbeats) >= 0.9, "\(bpm) bars \(r.bars.prefix(4))")
@@ -60,6 +60,17 @@ struct RhythmTests {
         #expect(abs((r.bpm ?? 0) - 150) < 1, "\(String(describing: r.bpm))")
         let downbeats = stride(from: 0, to: truth.count, by: 3).map { truth[$0] }
         #expect(BeatTracker.fMeasure(estimated: r.bars, reference: downbeats) >= 0.8)
+    }
+
+    @Test("pace counts onsets per minute, steadily: a click a beat at 120 BPM is about 120 events a minute")
+    func pace() throws {
+        let (audio, _) = pattern(bpm: 120, beatsPerBar: 4, seconds: 40)
+        let tracker = try BeatTracker(inputRate: 44_100)
+        tracker.append(audio)
+        let p = try #require(tracker.pace())
+        #expect(abs(p.overall - 120) < 12, "\(p.overall)")
+        #expect(p.values.count >= 6)
+        #expect(p.values.dropLast().allSatisfy { abs($0.value - 120) <= 18 }, "\(p.values.map(\.value))")
     }
 
     @Test("F-measure counts each reference beat once")

@@ -225,7 +225,13 @@ struct KeyRhythmCLITests {
         let bpm = rhythm["bpm"] as! Double
         #expect(bpm > 40 && bpm < 240)
         #expect(abs(Double(beats.count) - bpm * (beats.last! - beats.first!) / 60) < 0.1 * Double(beats.count))
-        #expect(try EarmarkCLI.run(["analyze", "--only", "structure", track]).status == 64)
+        #expect(try EarmarkCLI.run(["analyze", "--only", "tempo", track]).status == 64)
+        let all = try JSONSerialization.jsonObject(with: try EarmarkCLI.run(["analyze", "--only", "structure,pace", "--json", track]).stdout) as! [String: Any]
+        let structure = try #require(all["structure"] as? [String: Any])
+        let sections = structure["sections"] as! [[String: Any]]
+        #expect(!sections.isEmpty && (sections[0]["start"] as! Double) == 0 && sections[0]["label"] as? String == "A")
+        let pace = try #require(all["pace"] as? [String: Any])
+        #expect((pace["overall"] as! Double) > 30 && !(pace["values"] as! [Any]).isEmpty)
         let speech = try EarmarkCLI.run(["analyze", "--only", "key", audio.speech[0].path])
         #expect(speech.stdoutText.contains("key unknown"))
     }

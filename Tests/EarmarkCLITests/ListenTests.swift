@@ -206,7 +206,7 @@ struct MatchAnalysisTests {
 
 @Suite("earmark catalog: stored analysis")
 struct StoredAnalysisTests {
-    @Test("catalog add --analyze stores each track's loudness, key, rhythm, sound and instruments (info shows them); remove deletes them; without it nothing is stored")
+    @Test("catalog add --analyze stores each track's loudness, key, rhythm, structure, pace, sound and instruments (info shows them); remove deletes them; without it nothing is stored")
     func storedLoudness() async throws {
         let audio = try TestAudio.set()
         let dir = try TemporaryDirectory("analysis")
@@ -226,7 +226,7 @@ struct StoredAnalysisTests {
         #expect(text.stdoutText.contains("loudness:") && text.stdoutText.contains("LUFS integrated"), "\(text)")
 
         #expect(try Run.sqlite(catalog, "SELECT group_concat(kind) FROM (SELECT kind FROM track_analysis ORDER BY kind)")
-            .trimmingCharacters(in: .whitespacesAndNewlines) == "instruments,key,loudness,rhythm,sound")
+            .trimmingCharacters(in: .whitespacesAndNewlines) == "instruments,key,loudness,pace,rhythm,sound,structure")
         let removed = try EarmarkCLI.run(["catalog", "remove", "1", "--catalog", catalog])
         #expect(removed.status == 0, "\(removed)")
         #expect(try Run.sqlite(catalog, "SELECT count(*) FROM track_analysis").trimmingCharacters(in: .whitespacesAndNewlines) == "0")
@@ -238,7 +238,7 @@ struct StoredAnalysisTests {
         #expect(skipped.status == 0, "\(skipped)")
         #expect(skipped.stderrText.contains("sound classification skipped"))
         #expect(try Run.sqlite(noModel, "SELECT group_concat(kind) FROM (SELECT kind FROM track_analysis ORDER BY kind)")
-            .trimmingCharacters(in: .whitespacesAndNewlines) == "key,loudness,rhythm")
+            .trimmingCharacters(in: .whitespacesAndNewlines) == "key,loudness,pace,rhythm,structure")
 
         let plain = dir.path("plain.earcat")
         #expect(try EarmarkCLI.run(["catalog", "add", "--catalog", plain, track.path]).status == 0)
