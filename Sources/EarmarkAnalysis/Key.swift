@@ -89,60 +89,39 @@ public final class KeyDetector {
     /// Pitch range folded into the chroma, MIDI notes (A1 … C7).
     static let lowestNote = 33.0, highestNote = 96.0
 
-    private let resampler: Resampler
-    private let fft = FFTPlan(size: KeyDetector.fftSize)
-    private let window = Window.hann(KeyDetector.fftSize)
-    private var pending: [Float] = []
-    private var power: [Float]
+    private let spectrum: FramedSpectrum
     /// Per frame: the spectral peaks (fractional MIDI note, log magnitude).
     private var framePeaks: [[(note: Double, weight: Double)]] = []
-    private var frameEnergy: [Double] = []
-    private var samplesIn = 0
 
     public init(inputRate: Double = AudioConstants.sampleRate) throws {
-        resampler = try Resampler(inputRate: inputRate, outputRate: KeyDetector.sampleRate)
-        power = [Float](repeating: 0, count: KeyDetector.fftSize / 2 + 1)
+        spectrum = try FramedSpectrum(inputRate: inputRate, sampleRate: KeyDetector.sampleRate, fftSize: KeyDetector.fftSize,
+                                      hop: KeyDetector.hop)
     }
 
     /// Appends mono samples at the rate given to `init`.
     public func append(_ samples: [Float]) {
-        feed(resampler.process(samples))
+        spectrum.append(samples) { addFrame($0) }
     }
 
-    private func feed(_ samples: [Float]) {
-        samplesIn += samples.count
-        pending += samples
-        let n = KeyDetector.fftSize, hop = KeyDetector.hop
-        var start = 0
+    private func addFrame(_ power: [Float]) {
+        let n = KeyDetector.fftSize
         let binHz = KeyDetector.sampleRate / Double(n)
         let lowBin = Int(440 * pow(2, (KeyDetector.lowestNote - 69) / 12) / binHz)
         let highBin = min(n / 2 - 1, Int(440 * pow(2, (KeyDetector.highestNote - 69) / 12) / binHz) + 1)
-        while start + n <= pending.count {
-            pending.withUnsafeBufferPointer { p in
-                power.withUnsafeMutableBufferPointer { pw in
-                    fft.powerSpectrum(frame: p.baseAddress! + start, window: window, bins: 0..<(n / 2 + 1), into: pw.baseAddress!)
-                }
-            }
-            var energy = 0.0
-            for k in lowBin...highBin { energy += Double(power[k]) }
-            var peaks: [(Double, Double)] = []
-            for k in max(1, lowBin)...highBin where power[k] > power[k - 1] && power[k] >= power[k + 1] && power[k] > 1e-10 {
-                // Parabolic interpolation of the peak on log power gives its frequency within a fraction of a bin.
-                let a = log(Double(power[k - 1]) + 1e-20), b = log(Double(power[k]) + 1e-20), c = log(Double(power[k + 1]) + 1e-20)
-                let denom = a - 2 * b + c
-                let delta = denom < 0 ? 0.5 * (a - c) / denom : 0
-                let f = (Double(k) + delta) * binHz
-                let note = 69 + 12 * log2(f / 440)
-                guard note >= KeyDetector.lowestNote, note <= KeyDetector.highestNote else { continue }
-                peaks.append((note, Double(power[k])))
-            }
-            // Keep the strong peaks only (within 40 dB of the frame's strongest): noise adds no pitch.
-            let strongest = peaks.map(\.1).max() ?? 0
-            framePeaks.append(peaks.filter { $0.1 >= strongest * 1e-4 }.map { (note: $0.0, weight: log1p($0.1 / max(strongest, 1e-20) * 1e4)) })
-            frameEnergy.append(energy)
-            start += hop
+        var peaks: [(Double, Double)] = []
+        for k in max(1, lowBin)...highBin where power[k] > power[k - 1] && power[k] >= power[k + 1] && power[k] > 1e-10 {
+            // Parabolic interpolation of the peak on log power gives its frequency within a fraction of a bin.
+            let a = log(Double(power[k - 1]) + 1e-20), b = log(Double(power[k]) + 1e-20), c = log(Double(power[k + 1]) + 1e-20)
+            let denom = a - 2 * b + c
+            let delta = denom < 0 ? 0.5 * (a - c) / denom : 0
+            let f = (Double(k) + delta) * binHz
+            let note = 69 + 12 * log2(f / 440)
+            guard note >= KeyDetector.lowestNote, note <= KeyDetector.highestNote else { continue }
+            peaks.append((note, Double(power[k])))
         }
-        if start > 0 { pending.removeFirst(start) }
+        // Keep the strong peaks only (within 40 dB of the frame's strongest): noise adds no pitch.
+        let strongest = peaks.map(\.1).max() ?? 0
+        framePeaks.append(peaks.filter { $0.1 >= strongest * 1e-4 }.map { (note: $0.0, weight: log1p($0.1 / max(strongest, 1e-20) * 1e4)) })
     }
 
     /// Below this correlation with the best key profile the audio has no key.
@@ -203,8 +182,8 @@ public final class KeyDetector {
 
     /// The key of everything appended, and the key ranges over time.
     public func result() -> KeyResult? {
-        feed(resampler.flush())
-        let duration = Double(samplesIn) / KeyDetector.sampleRate
+        spectrum.finish { addFrame($0) }
+        let duration = spectrum.duration
         guard !framePeaks.isEmpty else { return nil }
         let t = tuning()
         let global = chroma(frames: 0..<framePeaks.count, tuning: t)

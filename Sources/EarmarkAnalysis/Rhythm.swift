@@ -55,22 +55,16 @@ public final class BeatTracker {
     static let hop = 128
     static let bandCount = 24
 
-    private let resampler: Resampler
-    private let fft = FFTPlan(size: BeatTracker.fftSize)
-    private let window = Window.hann(BeatTracker.fftSize)
-    private var pending: [Float] = []
-    private var power: [Float]
+    private let spectrum: FramedSpectrum
     private var previousBands: [Float]?
     private var flux: [Float] = []
     private var lowFlux: [Float] = []
-    private var samplesIn = 0
-    private var flushed = false
     /// Band edges in FFT bins, log-spaced from 30 Hz to 5 kHz.
     private let edges: [Int]
 
     public init(inputRate: Double = AudioConstants.sampleRate) throws {
-        resampler = try Resampler(inputRate: inputRate, outputRate: BeatTracker.sampleRate)
-        power = [Float](repeating: 0, count: BeatTracker.fftSize / 2 + 1)
+        spectrum = try FramedSpectrum(inputRate: inputRate, sampleRate: BeatTracker.sampleRate, fftSize: BeatTracker.fftSize,
+                                      hop: BeatTracker.hop)
         let binHz = BeatTracker.sampleRate / Double(BeatTracker.fftSize)
         var e: [Int] = []
         for i in 0...BeatTracker.bandCount {
@@ -81,42 +75,30 @@ public final class BeatTracker {
         edges = e
     }
 
-    public func append(_ samples: [Float]) { feed(resampler.process(samples)) }
+    public func append(_ samples: [Float]) { spectrum.append(samples) { addFrame($0) } }
 
-    private func feed(_ samples: [Float]) {
-        samplesIn += samples.count
-        pending += samples
+    private func addFrame(_ power: [Float]) {
         let n = BeatTracker.fftSize
-        var start = 0
-        while start + n <= pending.count {
-            pending.withUnsafeBufferPointer { p in
-                power.withUnsafeMutableBufferPointer { pw in
-                    fft.powerSpectrum(frame: p.baseAddress! + start, window: window, bins: 0..<(n / 2 + 1), into: pw.baseAddress!)
-                }
-            }
-            var bands = [Float](repeating: 0, count: BeatTracker.bandCount)
-            for b in 0..<BeatTracker.bandCount {
-                var s: Float = 0
-                for k in edges[b]..<min(edges[b + 1], n / 2) { s += power[k] }
-                bands[b] = logf(1 + 1e4 * s)
-            }
-            if let prev = previousBands {
-                var total: Float = 0, low: Float = 0
-                for b in 0..<BeatTracker.bandCount {
-                    let d = max(0, bands[b] - prev[b])
-                    total += d
-                    if b < 8 { low += d }   // below about 150 Hz: kick drum and bass
-                }
-                flux.append(total)
-                lowFlux.append(low)
-            } else {
-                flux.append(0)
-                lowFlux.append(0)
-            }
-            previousBands = bands
-            start += BeatTracker.hop
+        var bands = [Float](repeating: 0, count: BeatTracker.bandCount)
+        for b in 0..<BeatTracker.bandCount {
+            var s: Float = 0
+            for k in edges[b]..<min(edges[b + 1], n / 2) { s += power[k] }
+            bands[b] = logf(1 + 1e4 * s)
         }
-        if start > 0 { pending.removeFirst(start) }
+        if let prev = previousBands {
+            var total: Float = 0, low: Float = 0
+            for b in 0..<BeatTracker.bandCount {
+                let d = max(0, bands[b] - prev[b])
+                total += d
+                if b < 8 { low += d }   // below about 150 Hz: kick drum and bass
+            }
+            flux.append(total)
+            lowFlux.append(low)
+        } else {
+            flux.append(0)
+            lowFlux.append(0)
+        }
+        previousBands = bands
     }
 
     /// The time of an onset whose flux peaks at `frame`: the flux of a frame rises most when a sound
@@ -205,8 +187,8 @@ public final class BeatTracker {
 
     /// Everything appended: beats, bars and BPM (nil when the audio has no steady pulse).
     public func result() -> RhythmResult? {
-        if !flushed { feed(resampler.flush()); flushed = true }
-        let duration = Double(samplesIn) / BeatTracker.sampleRate
+        spectrum.finish { addFrame($0) }
+        let duration = spectrum.duration
         let onset = BeatTracker.normalized(flux)
         guard onset.contains(where: { $0 > 0 }), let period = BeatTracker.period(onset) else { return nil }
         let frames = BeatTracker.beats(onset, period: period)
@@ -249,8 +231,8 @@ public final class BeatTracker {
     /// Onset events per minute (see ``PaceResult``), from everything appended so far; call after ``result()``
     /// or on its own (it flushes the converter only once).
     public func pace() -> PaceResult? {
-        if !flushed { feed(resampler.flush()); flushed = true }
-        let duration = Double(samplesIn) / BeatTracker.sampleRate
+        spectrum.finish { addFrame($0) }
+        let duration = spectrum.duration
         let env = BeatTracker.normalized(flux)
         guard duration >= 1, env.contains(where: { $0 > 0 }) else { return nil }
         let fr = BeatTracker.frameRate

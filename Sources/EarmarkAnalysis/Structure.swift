@@ -38,20 +38,15 @@ public final class StructureAnalyzer {
     public static var blockDuration: Double { Double(framesPerBlock * hop) / sampleRate }
     static let bands = 20
 
-    private let resampler: Resampler
-    private let fft = FFTPlan(size: StructureAnalyzer.fftSize)
-    private let window = Window.hann(StructureAnalyzer.fftSize)
-    private var pending: [Float] = []
-    private var power: [Float]
+    private let spectrum: FramedSpectrum
     private var frames: [[Double]] = []
-    private var samplesIn = 0
     private let pitchClassOfBin: [Int]
     private let bandOfBin: [Int]
 
     public init(inputRate: Double = AudioConstants.sampleRate) throws {
-        resampler = try Resampler(inputRate: inputRate, outputRate: StructureAnalyzer.sampleRate)
+        spectrum = try FramedSpectrum(inputRate: inputRate, sampleRate: StructureAnalyzer.sampleRate,
+                                      fftSize: StructureAnalyzer.fftSize, hop: StructureAnalyzer.hop)
         let n = StructureAnalyzer.fftSize
-        power = [Float](repeating: 0, count: n / 2 + 1)
         let binHz = StructureAnalyzer.sampleRate / Double(n)
         pitchClassOfBin = (0...(n / 2)).map { k in
             let f = Double(k) * binHz
@@ -65,32 +60,20 @@ public final class StructureAnalyzer {
         }
     }
 
-    public func append(_ samples: [Float]) { feed(resampler.process(samples)) }
+    public func append(_ samples: [Float]) { spectrum.append(samples) { addFrame($0) } }
 
-    private func feed(_ samples: [Float]) {
-        samplesIn += samples.count
-        pending += samples
+    private func addFrame(_ power: [Float]) {
         let n = StructureAnalyzer.fftSize
-        var start = 0
-        while start + n <= pending.count {
-            pending.withUnsafeBufferPointer { p in
-                power.withUnsafeMutableBufferPointer { pw in
-                    fft.powerSpectrum(frame: p.baseAddress! + start, window: window, bins: 0..<(n / 2 + 1), into: pw.baseAddress!)
-                }
-            }
-            var v = [Double](repeating: 0, count: 12 + StructureAnalyzer.bands)
-            for k in 0...(n / 2) {
-                let p = Double(power[k])
-                if pitchClassOfBin[k] >= 0 { v[pitchClassOfBin[k]] += p.squareRoot() }
-                if bandOfBin[k] >= 0 { v[12 + bandOfBin[k]] += p }
-            }
-            let chromaSum = v[0..<12].reduce(0, +)
-            for i in 0..<12 { v[i] = chromaSum > 0 ? v[i] / chromaSum : 0 }
-            for i in 12..<v.count { v[i] = log10(1e-10 + v[i]) }
-            frames.append(v)
-            start += StructureAnalyzer.hop
+        var v = [Double](repeating: 0, count: 12 + StructureAnalyzer.bands)
+        for k in 0...(n / 2) {
+            let p = Double(power[k])
+            if pitchClassOfBin[k] >= 0 { v[pitchClassOfBin[k]] += p.squareRoot() }
+            if bandOfBin[k] >= 0 { v[12 + bandOfBin[k]] += p }
         }
-        if start > 0 { pending.removeFirst(start) }
+        let chromaSum = v[0..<12].reduce(0, +)
+        for i in 0..<12 { v[i] = chromaSum > 0 ? v[i] / chromaSum : 0 }
+        for i in 12..<v.count { v[i] = log10(1e-10 + v[i]) }
+        frames.append(v)
     }
 
     /// Half-second blocks of the frame features, each dimension standardised over the piece.
@@ -166,8 +149,8 @@ public final class StructureAnalyzer {
 
     /// Sections, segments and phrases of everything appended; `bars` (from ``BeatTracker``) gives phrases.
     public func result(bars: [Double] = []) -> StructureResult? {
-        feed(resampler.flush())
-        let duration = Double(samplesIn) / StructureAnalyzer.sampleRate
+        spectrum.finish { addFrame($0) }
+        let duration = spectrum.duration
         let x = blocks()
         guard x.count >= 8 else { return nil }
         let bd = StructureAnalyzer.blockDuration
