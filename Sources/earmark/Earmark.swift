@@ -14,6 +14,8 @@ struct EarmarkCommand: AsyncParsableCommand {
           earmark catalog add ~/Music/reference/          # index a folder
           earmark match clip.wav                          # identify a clip
           earmark catalog list                            # what is indexed
+          earmark analyze song.flac                       # key, BPM, loudness, sections, …
+          earmark classify talk.flac                      # speech, music, noises over time
 
         The shared options --catalog, --json and --lock-timeout may stand before or after the \
         subcommand (earmark --catalog PATH match clip.wav). The catalog is chosen with --catalog PATH; without it: $EARMARK_CATALOG, else \
