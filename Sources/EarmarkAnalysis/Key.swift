@@ -282,7 +282,7 @@ public final class KeyDetector {
     public static func analyze(path: String) throws -> KeyResult? {
         let reader = try MultichannelFileReader(path: path)
         let detector = try KeyDetector(inputRate: reader.sampleRate)
-        while let b = try reader.next() { detector.append(b.channels == 1 ? b.samples : b.mono) }
+        while let b = try reader.next() { detector.append(b.mono) }
         return detector.result()
     }
 }

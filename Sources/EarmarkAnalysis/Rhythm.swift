@@ -13,15 +13,9 @@ public struct RhythmResult: Codable, Sendable, Equatable {
     public var bars: [Double]
     /// Beats per bar the bars were laid out with (3 or 4).
     public var beatsPerBar: Int
-    /// Beats per minute from the median beat interval; nil with fewer than two beats.
+    /// Beats per minute from the least-squares slope of beat time over beat number; nil with fewer than two beats.
     public var bpm: Double?
     public var duration: Double
-
-    /// BPM over each bar-long stretch, for music whose tempo moves.
-    public var tempoCurve: [TimedBPM] {
-        guard bars.count >= 2 else { return [] }
-        return zip(bars, bars.dropFirst()).map { a, b in TimedBPM(start: a, end: b, bpm: 60 * Double(beatsPerBar) / (b - a)) }
-    }
 }
 
 /// Pace (Music Understanding's dimension): how many musical events — note and drum onsets — happen
@@ -36,13 +30,6 @@ public struct PaceResult: Codable, Sendable, Equatable {
     public var overall: Double
     public var values: [TimedValue]
     public var duration: Double
-}
-
-/// A tempo over a time range.
-public struct TimedBPM: Codable, Sendable, Equatable {
-    public var start: Double
-    public var end: Double
-    public var bpm: Double
 }
 
 /// Tracks beats: a spectral-flux onset envelope (log-compressed band energies, 86 frames a second),

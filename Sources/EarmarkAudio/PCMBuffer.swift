@@ -44,8 +44,9 @@ public func downmixToMono(_ interleaved: UnsafeBufferPointer<Float>, channels: I
 }
 
 extension PCMBuffer {
-    /// The buffer's frames folded to mono (see ``downmixToMono(_:channels:)``).
+    /// The buffer's frames folded to mono (see ``downmixToMono(_:channels:)``); a mono buffer's own samples.
     public var mono: [Float] {
-        samples.withUnsafeBufferPointer { downmixToMono(UnsafeBufferPointer(rebasing: $0[0..<(frameCount * channels)]), channels: channels) }
+        if channels == 1 { return samples }
+        return samples.withUnsafeBufferPointer { downmixToMono(UnsafeBufferPointer(rebasing: $0[0..<(frameCount * channels)]), channels: channels) }
     }
 }

@@ -103,7 +103,7 @@ public final class SoundClassificationStream {
         guard buffer.sampleRate > 0, buffer.sampleRate.isFinite, buffer.channels >= 1 else {
             throw AudioError(.unsupportedFormat, "bad PCM buffer (\(buffer.sampleRate) Hz, \(buffer.channels) channels)")
         }
-        let mono = buffer.channels == 1 ? buffer.samples : buffer.mono
+        let mono = buffer.mono
         if inputRate != buffer.sampleRate {
             if let r = resampler { feed(r.flush()) }
             inputRate = buffer.sampleRate
@@ -134,15 +134,12 @@ public final class SoundClassificationStream {
         return out
     }
 
-    private var padding = 0
-
     private func feed(_ samples: [Float]) {
         samplesIn += samples.count
         frames += frontEnd.append(samples)
     }
 
     private func feedPadding(_ count: Int) {
-        padding += count
         frames += frontEnd.append([Float](repeating: 0, count: count))
     }
 

@@ -126,9 +126,10 @@ extension Fingerprinter {
         var windows: [SoundWindow] = []
         while let buffer = try reader.next() {
             meter?.append(buffer.samples)
-            windows += try classifier?.append(buffer) ?? []
             frames += buffer.frameCount
             let mono = buffer.mono
+            // One downmix serves every mono consumer, the classifier included.
+            windows += try classifier?.append(PCMBuffer(samples: mono, sampleRate: buffer.sampleRate)) ?? []
             keyDetector?.append(mono)
             beatTracker?.append(mono)
             structure?.append(mono)

@@ -91,7 +91,7 @@ for row in rows {
         // The same patches again, for onnxruntime: 16 kHz, non-overlapping, quantised as the classifier does.
         let resampler = try Resampler(inputRate: reader.sampleRate, outputRate: model.frontEnd.sampleRate)
         var mono: [Float] = []
-        for b in buffers { mono += b.channels == 1 ? b.samples : b.mono }
+        for b in buffers { mono += b.mono }
         let frames = LogMelFrontEnd(spec: model.frontEnd).append(resampler.process(mono) + resampler.flush())
         let bands = model.frontEnd.melBands, size = model.frontEnd.patchFrames * bands
         var first = 0

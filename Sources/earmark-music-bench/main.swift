@@ -85,7 +85,7 @@ if let beatManifest = try? String(contentsOfFile: beatManifestPath, encoding: .u
         let t0 = cpuSeconds()
         let reader = try MultichannelFileReader(path: f[pc])
         let tracker = try BeatTracker(inputRate: reader.sampleRate)
-        while let b = try reader.next() { tracker.append(b.channels == 1 ? b.samples : b.mono) }
+        while let b = try reader.next() { tracker.append(b.mono) }
         let r = tracker.result()
         cpuUsed += cpuSeconds() - t0
         seconds += r?.duration ?? 0

@@ -55,13 +55,7 @@ struct ClassifyCommand: AsyncParsableCommand {
     }
 
     mutating func run() async throws {
-        let soundModel: SoundModel
-        do {
-            soundModel = try SoundModel.load(path: model)
-        } catch {
-            writeStderr("earmark: \(error)\n")
-            throw ExitCode(2)
-        }
+        let soundModel = try loadSoundModel(model)
         if labels {
             if json {
                 try printJSON(soundModel.labels.enumerated().map { LabelEntry(index: $0.offset, identifier: $0.element.mid, label: $0.element.name) })

@@ -145,14 +145,7 @@ struct ListenCommand: AsyncParsableCommand {
         let display = ListenDisplay(json: options.json, live: !options.json && stderrIsTerminal)
         var input: any AudioSource = record.map { RecordingSource(source, recordingTo: $0) } ?? source
         if loudness { input = LoudnessTap(input) { display.showLoudness(time: $0, momentary: $1, shortTerm: $2) } }
-        if classify {
-            do {
-                input = try SoundTap(input, model: try SoundModel.load(path: model)) { display.showSound($0, time: $1) }
-            } catch {
-                writeStderr("earmark: error: \(error)\n")
-                throw ExitCode(2)
-            }
-        }
+        if classify { input = try SoundTap(input, model: try loadSoundModel(model)) { display.showSound($0, time: $1) } }
         let session = try await reportingErrors {
             try StreamingSession(catalogPath: options.catalogPath, options: streaming,
                                  clock: realTime ? MonotonicClock() : nil, busyTimeout: options.lockTimeout)

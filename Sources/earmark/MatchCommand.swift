@@ -64,13 +64,7 @@ struct MatchCommand: AsyncParsableCommand {
         let options = options
         let clips = clips
         let maxMatches = maxMatches
-        let soundModel: SoundModel?
-        do {
-            soundModel = classify ? try SoundModel.load(path: model) : nil
-        } catch {
-            writeStderr("earmark: \(error)\n")
-            throw ExitCode(2)
-        }
+        let soundModel = classify ? try loadSoundModel(model) : nil
         try await reportingErrors {
             var matchOptions = MatchOptions.default
             matchOptions.maximumMatches = maxMatches

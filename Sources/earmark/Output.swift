@@ -59,6 +59,16 @@ func prefixed(_ message: String, with path: String) -> String {
     message.hasPrefix(path + ": ") ? message : "\(path): \(message)"
 }
 
+/// Loads the sound model at `path`, or the default one; a failure is reported like any other error (exit 2).
+func loadSoundModel(_ path: String?) throws -> SoundModel {
+    do {
+        return try SoundModel.load(path: path)
+    } catch {
+        writeStderr("earmark: error: \(describe(error))\n")
+        throw ExitCode(2)
+    }
+}
+
 /// Runs a command body; library and I/O errors are printed as `earmark: error: …` and turn
 /// into exit code 2. Argument-parser errors (ExitCode, ValidationError, CleanExit) pass through.
 func reportingErrors<T>(_ body: () async throws -> T) async throws -> T {

@@ -8,7 +8,7 @@ import Testing
 private func patches(of url: URL, start: Double, seconds: Double, model: SoundModel, every hop: Int = 48) throws -> [UInt8] {
     let reader = try MultichannelFileReader(path: url.path)
     var audio: [Float] = []
-    while let b = try reader.next() { audio += b.channels == 1 ? b.samples : b.mono }
+    while let b = try reader.next() { audio += b.mono }
     let resampler = try Resampler(inputRate: reader.sampleRate, outputRate: model.frontEnd.sampleRate)
     let at16k = resampler.process(audio) + resampler.flush()
     let from = Int(start * model.frontEnd.sampleRate), count = Int(seconds * model.frontEnd.sampleRate)
