@@ -47,12 +47,32 @@ public struct SoundWindow: Codable, Sendable, Equatable {
     public var duration: Double
     /// The top labels, best first.
     public var labels: [LabelConfidence]
+    /// RMS level in dBFS of the window's audio at the model's rate (a full-scale sine is −3), at least −120.
+    public var level: Double = -120
     /// Every label's score, in the model's label order (not encoded; for summaries).
     public var scores: [Float] = []
     /// The window's embedding (mean of its patches'), for training heads; not encoded.
     public var embedding: [Float] = []
 
-    enum CodingKeys: String, CodingKey { case start, duration, labels }
+    enum CodingKeys: String, CodingKey { case start, duration, labels, level }
+
+    public init(start: Double, duration: Double, labels: [LabelConfidence], level: Double = -120,
+                scores: [Float] = [], embedding: [Float] = []) {
+        self.start = start
+        self.duration = duration
+        self.labels = labels
+        self.level = level
+        self.scores = scores
+        self.embedding = embedding
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        start = try c.decode(Double.self, forKey: .start)
+        duration = try c.decode(Double.self, forKey: .duration)
+        labels = try c.decode([LabelConfidence].self, forKey: .labels)
+        level = try c.decodeIfPresent(Double.self, forKey: .level) ?? -120
+    }
 }
 
 /// Classifies a stream of audio into windows, incrementally (the analogue of SNAudioStreamAnalyzer).
@@ -77,6 +97,11 @@ public final class SoundClassificationStream {
     private var patchCache: [Int: (scores: [Float], embedding: [Float])] = [:]
     private var samplesIn = 0
     private var codes: [UInt8]
+    /// Sum of squares of each hop-long block of real (not padding) samples, from block `firstFrame` on,
+    /// and of the block being filled.
+    private var blockEnergy: [Double] = []
+    private var partialEnergy = 0.0
+    private var partialCount = 0
 
     public init(model: SoundModel, options: ClassificationOptions = .init()) throws {
         try options.validate(for: model)
@@ -136,7 +161,34 @@ public final class SoundClassificationStream {
 
     private func feed(_ samples: [Float]) {
         samplesIn += samples.count
+        let hop = model.frontEnd.hopLength
+        for x in samples {
+            partialEnergy += Double(x) * Double(x)
+            partialCount += 1
+            if partialCount == hop {
+                blockEnergy.append(partialEnergy)
+                partialEnergy = 0
+                partialCount = 0
+            }
+        }
         frames += frontEnd.append(samples)
+    }
+
+    /// RMS level in dBFS of the real samples in frames [start, start + count): the hop blocks they begin in.
+    private func level(startFrame start: Int, frames count: Int) -> Double {
+        let from = start - firstFrame
+        var sum = 0.0, n = 0
+        let blocks = min(blockEnergy.count, from + count)
+        if from < blocks {
+            for b in from..<blocks { sum += blockEnergy[b] }
+            n = (blocks - from) * model.frontEnd.hopLength
+        }
+        if blockEnergy.count < from + count, partialCount > 0 {
+            sum += partialEnergy
+            n += partialCount
+        }
+        guard n > 0, sum > 0 else { return -120 }
+        return max(-120, 10 * log10(sum / Double(n)))
     }
 
     private func feedPadding(_ count: Int) {
@@ -175,6 +227,7 @@ public final class SoundClassificationStream {
             out.append(SoundWindow(start: Double(start) * fd, duration: Double(windowFrames) * fd,
                                    labels: top.map { LabelConfidence(label: model.labels[$0].name, identifier: model.labels[$0].mid,
                                                                      confidence: Double(scores[$0])) },
+                                   level: level(startFrame: start, frames: windowFrames),
                                    scores: scores, embedding: embedding))
         }
         nextWindow += ready.count
@@ -183,6 +236,7 @@ public final class SoundClassificationStream {
         if keepFrom > firstFrame {
             let drop = min(keepFrom - firstFrame, frames.count / bands)
             frames.removeFirst(drop * bands)
+            blockEnergy.removeFirst(min(drop, blockEnergy.count))
             firstFrame += drop
         }
         patchCache = patchCache.filter { $0.key >= keepFrom }

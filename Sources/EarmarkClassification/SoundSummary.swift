@@ -32,6 +32,17 @@ public enum SoundCategory: String, Codable, Sendable, CaseIterable {
         }
         return labels.map { SoundCategory(rawValue: $0.name.lowercased()) ?? .other }
     }
+
+    /// Windows quieter than this (RMS, dBFS) are silence whatever their leading label: YAMNet names
+    /// faint hiss or dither "White noise" or "Static", which is not what a listener hears.
+    public static let silenceLevel = -55.0
+
+    /// The category of `window`: silence below ``silenceLevel``, else its leading label's (`table` from ``table(for:)``).
+    public static func of(_ window: SoundWindow, table: [SoundCategory]) -> SoundCategory? {
+        if window.level < silenceLevel { return .silence }
+        guard let top = window.scores.indices.max(by: { window.scores[$0] < window.scores[$1] }) else { return nil }
+        return table[top]
+    }
 }
 
 /// How much of the audio a label leads.
@@ -52,7 +63,7 @@ public struct SoundSummary: Codable, Sendable, Equatable {
     public var speech: [TimeRange]
     /// Fraction of the audio inside `speech`.
     public var speechShare: Double
-    /// Fraction of windows led by a label of each category (see ``SoundCategory``).
+    /// Fraction of windows in each category (see ``SoundCategory/of(_:table:)``).
     public var categoryShares: [String: Double]
     /// Seconds classified.
     public var duration: Double
@@ -72,8 +83,8 @@ public struct SoundSummary: Codable, Sendable, Equatable {
         let table = SoundCategory.table(for: speechDetector.model)
         var counts: [String: Int] = [:]
         for w in windows {
-            guard let top = w.scores.indices.max(by: { w.scores[$0] < w.scores[$1] }) else { continue }
-            counts[table[top].rawValue, default: 0] += 1
+            guard let category = SoundCategory.of(w, table: table) else { continue }
+            counts[category.rawValue, default: 0] += 1
         }
         categoryShares = counts.mapValues { Double($0) / total }
         speech = speechDetector.ranges(windows)

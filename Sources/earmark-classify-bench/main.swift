@@ -60,6 +60,7 @@ rows = Array(rows.prefix(o.limit))
 let categories = ["speech", "music", "silence", "noise"]
 var confusion: [String: [String: Int]] = [:]
 var clips: [String: Int] = [:]
+var levels: [String: [Double]] = [:]
 var audioSeconds = 0.0, classifyCPU = 0.0, decodeCPU = 0.0
 var allCodes: [UInt8] = []
 var swiftTop5: [[Int]] = []
@@ -83,9 +84,10 @@ for row in rows {
     classifyCPU += t2 - t1
     audioSeconds += buffers.reduce(0) { $0 + $1.duration }
     for w in windows where w.duration >= 0.9 * options.windowDuration {
-        guard let top = w.scores.indices.max(by: { w.scores[$0] < w.scores[$1] }) else { continue }
-        let said = table[top] == .other ? "noise" : table[top].rawValue
+        guard let category = SoundCategory.of(w, table: table) else { continue }
+        let said = category == .other ? "noise" : category.rawValue
         confusion[truth, default: [:]][said, default: 0] += 1
+        levels[truth, default: []].append(w.level)
     }
     if o.python != nil {
         // The same patches again, for onnxruntime: 16 kHz, non-overlapping, quantised as the classifier does.
@@ -110,7 +112,7 @@ for row in rows {
 
 let counts = categories.map { "\($0) \(clips[$0] ?? 0)" }.joined(separator: ", ")
 print("clips: \(rows.count) (\(counts)), \(String(format: "%.0f", audioSeconds)) s of audio; model \(model.name)")
-print("accuracy per \(String(format: "%.2f", options.windowDuration))-s window (category of the leading label; noise = any label outside speech, music, silence):")
+print("accuracy per \(String(format: "%.2f", options.windowDuration))-s window (SoundCategory.of: silence below \(Int(SoundCategory.silenceLevel)) dBFS, else the leading label's category; noise = any label outside speech, music, silence):")
 var correct = 0, total = 0
 for c in categories {
     let row = confusion[c] ?? [:]
@@ -124,6 +126,12 @@ print("  four-way: \(pct(correct, total)) of \(total) windows")
 let three = ["speech", "music", "silence"]
 let threeCorrect = three.reduce(0) { $0 + (confusion[$1]?[$1] ?? 0) }
 let threeTotal = three.reduce(0) { $0 + (confusion[$1]?.values.reduce(0, +) ?? 0) }
+for c in categories {
+    let l = (levels[c] ?? []).sorted()
+    guard !l.isEmpty else { continue }
+    print(String(format: "  window level %@: min %.1f, 5th pct %.1f, median %.1f dBFS; %d below the silence level (%.0f dBFS)",
+                 c, l[0], l[l.count / 20], l[l.count / 2], l.filter { $0 < SoundCategory.silenceLevel }.count, SoundCategory.silenceLevel))
+}
 print("  speech/music/silence: \(pct(threeCorrect, threeTotal)) of \(threeTotal) windows of those clips")
 let sm = ["speech", "music"].reduce((0, 0)) { acc, c in
     let row = confusion[c] ?? [:]

@@ -87,6 +87,33 @@ struct SoundNetworkTests {
         #expect((s["Silence"] ?? 0) >= 0.99, "\(s)")
     }
 
+    @Test("window levels are the audio's RMS; faint hiss is silence, real music stays music")
+    func levelsAndCategories() throws {
+        let model = try SoundModel(path: try TestModel.set().model.path)
+        let table = SoundCategory.table(for: model)
+        func windows(_ samples: [Float], rate: Double) throws -> [SoundWindow] {
+            let stream = try SoundClassificationStream(model: model, options: .init(windowDuration: 0.96, overlapFactor: 0, topK: 1))
+            return try stream.append(PCMBuffer(samples: samples, sampleRate: rate)) + stream.finish()
+        }
+        // A sine of amplitude 0.1 is 20·log10(0.1/√2) ≈ −23.0 dBFS RMS, at any input rate.
+        for rate in [44_100.0, 16_000.0] {
+            let tone = try windows(Signal.sine(frequency: 440, sampleRate: rate, seconds: 3, amplitude: 0.1), rate: rate)
+            #expect(tone.count >= 3)
+            #expect(tone.allSatisfy { abs($0.level + 23.01) < 0.3 }, "\(tone.map(\.level))")
+        }
+        // Levels are measured at the model's 16 kHz, so white noise is made there (soxr would drop its top band).
+        let hiss = try windows(Signal.whiteNoise(count: 16_000 * 3, rms: pow(10, -65.0 / 20), seed: 7), rate: 16_000)
+        #expect(hiss.allSatisfy { abs($0.level + 65) < 1 && SoundCategory.of($0, table: table) == .silence })
+        let louder = try windows(Signal.whiteNoise(count: 16_000 * 3, rms: pow(10, -25.0 / 20), seed: 7), rate: 16_000)
+        #expect(louder.allSatisfy { SoundCategory.of($0, table: table) == .other }, "\(louder.map { $0.labels[0].label })")
+        let audio = try TestAudio.set()
+        let music = try SoundClassifier(model: model).classify(path: try audio.reference("pingus-4").path)
+        let musicShare = Double(music.filter { SoundCategory.of($0, table: table) == .music }.count) / Double(music.count)
+        #expect(musicShare >= 0.8, "music share \(musicShare)")
+        let zero = try windows([Float](repeating: 0, count: 44_100), rate: 44_100)
+        #expect(zero.allSatisfy { $0.level == -120 })
+    }
+
     @Test("a stream gives the same windows whatever its buffer sizes, and speech activity finds the speech")
     func streamingIsDeterministic() throws {
         let model = try SoundModel(path: try TestModel.set().model.path)
