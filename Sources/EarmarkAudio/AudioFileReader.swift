@@ -3,7 +3,8 @@ import Foundation
 
 /// Streams a file as 44.1 kHz mono float chunks, whatever its format, rate and channel count.
 ///
-/// libsndfile decodes WAV, AIFF, FLAC, Ogg Vorbis, Opus and MP3 in-process. Anything it does not
+/// libsndfile decodes WAV, AIFF, FLAC, Ogg Vorbis, Opus and MP3 in-process (mono and stereo Ogg Opus go
+/// to libopus directly, see ``OggOpusSource``). Anything it does not
 /// recognise (M4A/AAC, video containers, …) is piped through the `ffmpeg` program when it is
 /// installed; otherwise opening fails with ``AudioError/Code/unsupportedFormat``.
 /// Memory stays flat: only one chunk is held at a time.
@@ -14,7 +15,7 @@ import Foundation
 /// ```
 public final class AudioFileReader {
     /// Which decoder serves the file.
-    public enum Decoder: String, Sendable { case libsndfile, ffmpeg }
+    public enum Decoder: String, Sendable { case libsndfile, libopus, ffmpeg }
 
     public let path: String
     public let decoder: Decoder
@@ -48,8 +49,8 @@ public final class AudioFileReader {
 
         let opened: (any PCMSource, Decoder, Double?, Int?, Double?, Double)
         do {
-            let s = try SndFileSource(path: path, chunkFrames: chunkFrames)
-            opened = (s, .libsndfile, s.sampleRate, s.channels, s.announcedFrames.map { Double($0) / s.sampleRate }, s.sampleRate)
+            let s = try openFileSource(path: path, chunkFrames: chunkFrames)
+            opened = (s, s.kind, s.sampleRate, s.channels, s.announcedFrames.map { Double($0) / s.sampleRate }, s.sampleRate)
         } catch let sndError as AudioError where sndError.code == .unsupportedFormat {
             guard let ffmpeg = FFmpegSource.executable() else {
                 throw AudioError(.unsupportedFormat,
@@ -100,7 +101,25 @@ protocol PCMSource {
     func readMono() throws -> [Float]?
 }
 
-final class SndFileSource: PCMSource {
+/// An in-process decoder that also gives the file's own channels.
+protocol FileSource: PCMSource {
+    var kind: AudioFileReader.Decoder { get }
+    var sampleRate: Double { get }
+    var channels: Int { get }
+    /// Frames the container announces, when it does.
+    var announcedFrames: Int? { get }
+    /// The next chunk with all channels, interleaved, at the file's own rate; nil at the end.
+    func readInterleaved() throws -> [Float]?
+}
+
+/// The in-process decoder for `path`: ``OggOpusSource`` for mono and stereo Ogg Opus, libsndfile for the rest.
+func openFileSource(path: String, chunkFrames: Int) throws -> any FileSource {
+    if let opus = try OggOpusSource.open(path: path, chunkFrames: chunkFrames) { return opus }
+    return try SndFileSource(path: path, chunkFrames: chunkFrames)
+}
+
+final class SndFileSource: FileSource {
+    let kind = AudioFileReader.Decoder.libsndfile
     let sampleRate: Double
     let channels: Int
     let announcedFrames: Int?

@@ -8,8 +8,8 @@ public final class MultichannelFileReader: AudioSource {
     public let sampleRate: Double
     public let channels: Int
     /// Which decoder serves the file.
-    public var decoder: AudioFileReader.Decoder { sndfile != nil ? .libsndfile : .ffmpeg }
-    private let sndfile: SndFileSource?
+    public var decoder: AudioFileReader.Decoder { sndfile?.kind ?? .ffmpeg }
+    private let sndfile: (any FileSource)?
     private let ffmpeg: FFmpegSource?
 
     public init(path: String, chunkFrames: Int = 32_768) throws {
@@ -18,7 +18,7 @@ public final class MultichannelFileReader: AudioSource {
         guard size != -1 else { throw AudioError(.unreadable, "no such file", path: path) }
         guard size > 0 else { throw AudioError(.empty, "file is empty (0 bytes)", path: path) }
         do {
-            let s = try SndFileSource(path: path, chunkFrames: chunkFrames)
+            let s = try openFileSource(path: path, chunkFrames: chunkFrames)
             (sndfile, ffmpeg, sampleRate, channels) = (s, nil, s.sampleRate, s.channels)
         } catch let e as AudioError where e.code == .unsupportedFormat {
             guard let exe = FFmpegSource.executable() else {

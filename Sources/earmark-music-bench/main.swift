@@ -1,5 +1,6 @@
 // earmark-music-bench: music-metadata accuracy on rendered scores with ground truth
-// (tools/music-data.sh builds the set; tools/music-bench.sh runs everything). So far: key and rhythm.
+// (tools/music-data.sh builds the set; tools/music-bench.sh runs everything): key, rhythm, structure, and
+// with --instruments instrument activity and pace (tools/instrument-data.sh builds that set).
 import EarmarkKit
 import Foundation
 
@@ -9,6 +10,11 @@ var medleys = 40
 var seed: UInt64 = 7
 var limit = Int.max
 var verbose = false
+var instrumentData = ""
+var modelPath: String?
+var subset = "all"
+var solos = true
+var sweep = false
 var args = CommandLine.arguments.dropFirst().makeIterator()
 while let a = args.next() {
     switch a {
@@ -18,12 +24,26 @@ while let a = args.next() {
     case "--seed": seed = UInt64(args.next() ?? "") ?? seed
     case "--limit": limit = Int(args.next() ?? "") ?? Int.max
     case "--verbose": verbose = true
+    case "--instruments": instrumentData = args.next() ?? ""
+    case "--model": modelPath = args.next()
+    case "--subset": subset = args.next() ?? subset
+    case "--no-solos": solos = false
+    case "--sweep": sweep = true
     default:
-        print("usage: earmark-music-bench --data DIR [--corpus CORPUS/public [--medleys N] [--seed S]] [--limit N] [--verbose]\n  DIR/key/manifest.tsv: path, tonic, mode, …; DIR/beats/manifest.tsv: path, beats_path, bpm, …")
+        print("""
+            usage: earmark-music-bench --data DIR [--corpus CORPUS/public [--medleys N] [--seed S]] [--limit N] [--verbose]
+                   earmark-music-bench --instruments DIR [--model PATH] [--subset all|even|odd] [--no-solos] [--sweep] [--limit N] [--verbose]
+              DIR/key/manifest.tsv: path, tonic, mode, …; DIR/beats/manifest.tsv: path, beats_path, bpm, …
+              --instruments DIR: DIR/manifest.tsv and per-piece truth (tools/instrument-data.sh): instrument activity
+                and pace on the mixes, instrument activity on the solo renders; --subset even|odd: every other piece
+                (a hold-out half); --sweep: F-measures for other activity thresholds
+            """)
         exit(a == "--help" ? 0 : 2)
     }
 }
-guard !data.isEmpty || !corpus.isEmpty else { print("earmark-music-bench: --data or --corpus is required"); exit(2) }
+guard !data.isEmpty || !corpus.isEmpty || !instrumentData.isEmpty else {
+    print("earmark-music-bench: --data, --corpus or --instruments is required"); exit(2)
+}
 
 func cpuSeconds() -> Double {
     var usage = rusage()
@@ -142,6 +162,347 @@ if !corpus.isEmpty, let list = try? String(contentsOfFile: corpus + "/manifest.t
     }
     print(String(format: "structure on %d medleys of real tracks: section boundary F@3 s %.3f (not told the number of parts); %.0f × real-time", medleys,
                  fSum / Double(max(1, medleys)), seconds / max(cpuUsed, 1e-9)))
+}
+
+// Instrument activity and pace on multi-part MIDI renders (tools/instrument-data.sh): the truth says, per
+// 1-s frame, which families sound audibly in the mix, and when every note starts.
+struct InstrumentTruth: Decodable {
+    struct Family: Decodable {
+        var solo: String
+        var notes: Int
+        var active: [Int]
+        var ranges: [[Double]]
+    }
+    var id: String
+    var duration: Double
+    var mix: String
+    var mixDb: [Double]
+    var families: [String: Family]
+    var events: [Double]
+    var notes: [Double]
+    var drumHits: [Double]
+}
+
+/// What `earmark analyze` computes for instruments and pace (the same single pass as `Fingerprinter`: the
+/// file's mono downmix into back-to-back classifier patches and into the beat tracker), with the windows kept.
+struct InstrumentRun {
+    var windows: [SoundWindow]
+    var activity: InstrumentActivity
+    var pace: PaceResult?
+}
+
+func runInstruments(path: String, model: SoundModel, pace: Bool) throws -> InstrumentRun {
+    let reader = try MultichannelFileReader(path: path)
+    let classifier = try SoundClassificationStream(model: model, options: ClassificationOptions(windowDuration: model.frontEnd.patchDuration, overlapFactor: 0))
+    let tracker = pace ? try BeatTracker(inputRate: reader.sampleRate) : nil
+    var windows: [SoundWindow] = []
+    while let buffer = try reader.next() {
+        let mono = buffer.mono
+        windows += try classifier.append(PCMBuffer(samples: mono, sampleRate: buffer.sampleRate))
+        tracker?.append(mono)
+    }
+    windows += classifier.finish()
+    let activity = try InstrumentActivity(windows: windows, duration: classifier.duration, model: model)
+    return InstrumentRun(windows: windows, activity: activity, pace: tracker?.pace())
+}
+
+/// Frames [i, i+1) of `count` that `ranges` cover for at least half a second.
+func coveredFrames(_ ranges: [TimeRange], count: Int) -> [Bool] {
+    var out = [Bool](repeating: false, count: count)
+    for i in 0..<count {
+        let a = Double(i), b = Double(i + 1)
+        out[i] = ranges.reduce(0) { $0 + max(0, min(b, $1.end) - max(a, $1.start)) } >= 0.5
+    }
+    return out
+}
+
+/// The same rule as InstrumentActivity's ranges (rise to `onset`, stay at `offset`, bridge 1 s, drop under 1 s),
+/// for the threshold sweep.
+func sweepRanges(_ curve: [FamilyActivity.Value], onset: Double, offset: Double) -> [TimeRange] {
+    var raw: [TimeRange] = []
+    var open: TimeRange?
+    for v in curve {
+        if let r = open, v.value >= offset {
+            open = TimeRange(start: r.start, end: v.end)
+        } else if let r = open {
+            raw.append(r)
+            open = v.value >= onset ? TimeRange(start: v.start, end: v.end) : nil
+        } else if v.value >= onset {
+            open = TimeRange(start: v.start, end: v.end)
+        }
+    }
+    if let r = open { raw.append(r) }
+    var joined: [TimeRange] = []
+    for r in raw {
+        if let last = joined.last, r.start - last.end <= InstrumentActivity.bridge {
+            joined[joined.count - 1].end = max(last.end, r.end)
+        } else {
+            joined.append(r)
+        }
+    }
+    return joined.filter { $0.end - $0.start >= InstrumentActivity.minimumDuration }
+}
+
+/// Per 1-s frame, the mean activity of the windows whose middle lies in it (the last value carried over).
+func frameValues(_ curve: [FamilyActivity.Value], count: Int) -> [Double] {
+    var sum = [Double](repeating: 0, count: count), weight = [Double](repeating: 0, count: count)
+    for v in curve {
+        let i = Int((v.start + v.end) / 2)
+        if i >= 0 && i < count { sum[i] += v.value; weight[i] += 1 }
+    }
+    var last = 0.0
+    return (0..<count).map { i in
+        if weight[i] > 0 { last = sum[i] / weight[i] }
+        return last
+    }
+}
+
+/// ROC area: the chance that a random true frame has a higher value than a random other frame (ties half).
+func rocArea(_ pairs: [(value: Double, truth: Bool)]) -> Double {
+    let sorted = pairs.sorted { $0.value < $1.value }
+    var rankSum = 0.0, i = 0
+    while i < sorted.count {
+        var j = i
+        while j < sorted.count && sorted[j].value == sorted[i].value { j += 1 }
+        let rank = Double(i + j + 1) / 2
+        for k in i..<j where sorted[k].truth { rankSum += rank }
+        i = j
+    }
+    let pos = Double(sorted.filter(\.truth).count), neg = Double(sorted.count) - pos
+    guard pos > 0, neg > 0 else { return .nan }
+    return (rankSum - pos * (pos + 1) / 2) / (pos * neg)
+}
+
+/// Onset F-measure of range starts: a found start is right within `tolerance` s of a true start not matched yet.
+func onsetHits(found: [Double], truth: [Double], tolerance: Double = 1) -> Int {
+    var used = [Bool](repeating: false, count: truth.count), hits = 0
+    for f in found {
+        if let k = truth.indices.first(where: { !used[$0] && abs(truth[$0] - f) <= tolerance }) { used[k] = true; hits += 1 }
+    }
+    return hits
+}
+
+struct Counts {
+    var tp = 0, fp = 0, fn = 0
+    var precision: Double { tp + fp > 0 ? Double(tp) / Double(tp + fp) : 0 }
+    var recall: Double { tp + fn > 0 ? Double(tp) / Double(tp + fn) : 0 }
+    var f: Double { precision + recall > 0 ? 2 * precision * recall / (precision + recall) : 0 }
+    mutating func add(found: [Bool], truth: [Bool]) {
+        for (a, b) in zip(found, truth) {
+            if a && b { tp += 1 } else if a { fp += 1 } else if b { fn += 1 }
+        }
+    }
+}
+
+func pearson(_ x: [Double], _ y: [Double]) -> Double {
+    let n = Double(x.count)
+    guard n > 1 else { return 0 }
+    let mx = x.reduce(0, +) / n, my = y.reduce(0, +) / n
+    var sxy = 0.0, sxx = 0.0, syy = 0.0
+    for (a, b) in zip(x, y) {
+        sxy += (a - mx) * (b - my)
+        sxx += (a - mx) * (a - mx)
+        syy += (b - my) * (b - my)
+    }
+    return sxx > 0 && syy > 0 ? sxy / (sxx * syy).squareRoot() : 0
+}
+
+func median(_ x: [Double]) -> Double {
+    guard !x.isEmpty else { return .nan }
+    let s = x.sorted()
+    return s.count % 2 == 1 ? s[s.count / 2] : (s[s.count / 2 - 1] + s[s.count / 2]) / 2
+}
+
+if !instrumentData.isEmpty {
+    guard let list = try? String(contentsOfFile: instrumentData + "/manifest.tsv", encoding: .utf8) else {
+        print("earmark-music-bench: no \(instrumentData)/manifest.tsv (run tools/instrument-data.sh)"); exit(2)
+    }
+    let model: SoundModel
+    do { model = try SoundModel.load(path: modelPath) } catch { print("earmark-music-bench: \(error)"); exit(2) }
+    guard InstrumentActivity.supports(model) else { print("earmark-music-bench: \(model.name) does not have YAMNet's AudioSet labels"); exit(2) }
+    let rows = list.split(separator: "\n")
+    let head = rows[0].split(separator: "\t").map(String.init)
+    guard let tcol = head.firstIndex(of: "truth_path") else { print("manifest needs truth_path"); exit(2) }
+    var truthFiles = rows.dropFirst().map { $0.split(separator: "\t", omittingEmptySubsequences: false).map(String.init)[tcol] }
+    switch subset {
+    case "even": truthFiles = truthFiles.enumerated().filter { $0.offset % 2 == 0 }.map(\.element)
+    case "odd": truthFiles = truthFiles.enumerated().filter { $0.offset % 2 == 1 }.map(\.element)
+    default: break
+    }
+    truthFiles = Array(truthFiles.prefix(limit))
+    let families = InstrumentFamily.allCases.map(\.rawValue)
+    let decoder = JSONDecoder()
+    decoder.keyDecodingStrategy = .convertFromSnakeCase
+    let sweepOnsets = [0.03, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4]
+
+    var frame: [String: Counts] = [:], segHits: [String: Int] = [:], segFound: [String: Int] = [:], segTruth: [String: Int] = [:]
+    var present: [String: Int] = [:], detectedPieces: [String: Int] = [:], falsePieces: [String: Int] = [:]
+    var sweepCounts: [Double: [String: Counts]] = [:]
+    var scored: [String: [(value: Double, truth: Bool)]] = [:]
+    var soloN: [String: Int] = [:], soloDetected: [String: Int] = [:], soloFrames: [String: Counts] = [:]
+    var soloFalse: [String: [String: Int]] = [:], soloFalseFamilies: [String: Int] = [:], soloFalseFrames: [String: Int] = [:]
+    var soloFramesTotal: [String: Int] = [:]
+    var paceFound: [Double] = [], paceEvents: [Double] = [], paceNotes: [Double] = [], paceDrums: [Double] = []
+    var overallFound: [Double] = [], overallTruth: [Double] = []
+    var seconds = 0.0, cpuUsed = 0.0, pieces = 0
+    for path in truthFiles {
+        guard let raw = FileManager.default.contents(atPath: path), let t = try? decoder.decode(InstrumentTruth.self, from: raw) else {
+            print("  cannot read \(path)"); continue
+        }
+        let t0 = cpuSeconds()
+        let f = try runInstruments(path: t.mix, model: model, pace: true)
+        cpuUsed += cpuSeconds() - t0
+        seconds += f.activity.duration
+        if verbose {
+            // What the classifier hears: the mean score of the top labels over the piece.
+            var mean = [Double](repeating: 0, count: model.labels.count)
+            for w in f.windows { for (i, v) in w.scores.enumerated() where i < mean.count { mean[i] += Double(v) / Double(max(1, f.windows.count)) } }
+            let top = mean.indices.sorted { mean[$0] > mean[$1] }.prefix(8).map { String(format: "%@ %.3f", model.labels[$0].name, mean[$0]) }
+            print("  \(t.id) top labels (mean score): \(top.joined(separator: ", "))")
+        }
+        pieces += 1
+        let n = t.mixDb.count
+        var line: [String] = []
+        for fam in families {
+            let truth = t.families[fam].map { $0.active.map { $0 != 0 } } ?? [Bool](repeating: false, count: n)
+            let activity = f.activity.families.first { $0.family == fam }
+            let ranges = activity?.activeRanges ?? []
+            let found = coveredFrames(ranges, count: n)
+            frame[fam, default: Counts()].add(found: found, truth: Array(truth.prefix(n)))
+            let truthStarts = t.families[fam]?.ranges.map { $0[0] } ?? []
+            segHits[fam, default: 0] += onsetHits(found: ranges.map(\.start), truth: truthStarts)
+            segFound[fam, default: 0] += ranges.count
+            segTruth[fam, default: 0] += truthStarts.count
+            if truth.contains(true) {
+                present[fam, default: 0] += 1
+                if found.contains(true) { detectedPieces[fam, default: 0] += 1 }
+            } else if found.contains(true) {
+                falsePieces[fam, default: 0] += 1
+            }
+            if let curve = activity?.activity {
+                scored[fam, default: []] += zip(frameValues(curve, count: n), truth).map { (value: $0, truth: $1) }
+            }
+            if sweep, let curve = activity?.activity {
+                for o in sweepOnsets {
+                    sweepCounts[o, default: [:]][fam, default: Counts()].add(found: coveredFrames(sweepRanges(curve, onset: o, offset: o / 2), count: n),
+                                                                               truth: truth)
+                }
+            }
+            let c = Counts(tp: zip(found, truth).filter { $0 && $1 }.count, fp: zip(found, truth).filter { $0 && !$1 }.count,
+                           fn: zip(found, truth).filter { !$0 && $1 }.count)
+            if truth.contains(true) || found.contains(true) {
+                line.append(String(format: "%@ %d/%d/%d", fam, c.tp, c.fp, c.fn))
+            }
+        }
+        // Pace against the onsets of the score, in the ranges pace reports.
+        if let pace = f.pace {
+            for v in pace.values {
+                let minutes = (v.end - v.start) / 60
+                func rate(_ times: [Double]) -> Double { Double(times.filter { $0 >= v.start && $0 < v.end }.count) / minutes }
+                paceFound.append(v.value)
+                paceEvents.append(rate(t.events))
+                paceNotes.append(rate(t.notes))
+                paceDrums.append(rate(t.drumHits))
+            }
+            overallFound.append(pace.overall)
+            overallTruth.append(Double(t.events.count) * 60 / t.duration)
+        }
+        if verbose {
+            print(String(format: "  %@: pace %.0f/min (score %.0f events/min); frames tp/fp/fn %@", t.id, f.pace?.overall ?? 0,
+                         Double(t.events.count) * 60 / t.duration, line.joined(separator: ", ")))
+        }
+        // Solo renders: is the family found alone, and which others are claimed?
+        guard solos else { continue }
+        for (fam, truthFamily) in t.families.sorted(by: { $0.key < $1.key }) {
+            let truth = truthFamily.active.map { $0 != 0 }
+            guard truth.filter({ $0 }).count >= 5 else { continue }
+            let t1 = cpuSeconds()
+            let s = try runInstruments(path: truthFamily.solo, model: model, pace: false)
+            cpuUsed += cpuSeconds() - t1
+            seconds += s.activity.duration
+            let found = coveredFrames(s.activity.families.first { $0.family == fam }?.activeRanges ?? [], count: n)
+            var c = Counts()
+            c.add(found: found, truth: truth)
+            soloN[fam, default: 0] += 1
+            if c.recall >= 0.5 { soloDetected[fam, default: 0] += 1 }
+            soloFrames[fam, default: Counts()].add(found: found, truth: truth)
+            var others: [String] = []
+            for other in s.activity.families where other.family != fam {
+                let o = coveredFrames(other.activeRanges, count: n)
+                let k = zip(o, truth).filter { $0 && $1 }.count
+                if k > 0 {
+                    soloFalse[fam, default: [:]][other.family, default: 0] += 1
+                    soloFalseFrames[fam, default: 0] += k
+                    others.append(other.family)
+                }
+            }
+            soloFalseFamilies[fam, default: 0] += others.count
+            soloFramesTotal[fam, default: 0] += truth.filter { $0 }.count
+            if verbose {
+                print(String(format: "    solo %@: recall %.2f, others claimed: %@", fam, c.recall, others.isEmpty ? "none" : others.joined(separator: ",")))
+            }
+        }
+    }
+    print("instrument activity on \(pieces) mixes (\(String(format: "%.1f", seconds / 60)) min analysed incl. solos; subset \(subset)); model \(model.name)")
+    print("frame-level: 1-s frames; a frame is found active when the family's active ranges cover >= 0.5 s of it; counts summed over all pieces")
+    print("onset F: a range start within ±1 s of a true range start")
+    print("ROC area: threshold-free separation of true from other frames by the family's activity curve (frame mean)")
+    print("always F: the frame F of saying the family is active in every frame of every piece (its share of true frames as precision)")
+    print("family     pieces  found-in  false-in   frame P   frame R   frame F   onset F   ROC area  always F  median value true/other")
+    var fSum = 0.0, fCount = 0, total = Counts()
+    for fam in families {
+        let c = frame[fam] ?? Counts()
+        let sh = segHits[fam] ?? 0, sf = segFound[fam] ?? 0, st = segTruth[fam] ?? 0
+        let op = sf > 0 ? Double(sh) / Double(sf) : 0, or = st > 0 ? Double(sh) / Double(st) : 0
+        let of = op + or > 0 ? 2 * op * or / (op + or) : 0
+        let pairs = scored[fam] ?? []
+        print(fam.padding(toLength: 9, withPad: " ", startingAt: 0) + String(format: "  %6d  %8d  %8d   %7.3f   %7.3f   %7.3f   %7.3f   %8.3f  %8.3f  %.3f / %.3f",
+                     present[fam] ?? 0, detectedPieces[fam] ?? 0, falsePieces[fam] ?? 0, c.precision, c.recall, c.f, of, rocArea(pairs),
+                     Counts(tp: c.tp + c.fn, fp: pairs.count - c.tp - c.fn, fn: 0).f,
+                     median(pairs.filter(\.truth).map(\.value)), median(pairs.filter { !$0.truth }.map(\.value))))
+        if (present[fam] ?? 0) > 0 { fSum += c.f; fCount += 1 }
+        total.tp += c.tp; total.fp += c.fp; total.fn += c.fn
+    }
+    print(String(format: "mean frame F over the %d families present: %.3f; all families pooled: P %.3f R %.3f F %.3f", fCount,
+                 fSum / Double(max(1, fCount)), total.precision, total.recall, total.f))
+    if sweep {
+        print("threshold sweep (onset / offset = onset/2): frame F per family")
+        print("onset  " + families.map { $0.padding(toLength: 9, withPad: " ", startingAt: 0) }.joined(separator: " ") + "  mean")
+        for o in sweepOnsets {
+            let fs = families.map { sweepCounts[o]?[$0]?.f ?? 0 }
+            let mean = zip(families, fs).filter { (present[$0.0] ?? 0) > 0 }.map(\.1)
+            print(String(format: "%5.2f  ", o) + fs.map { String(format: "%-9.3f", $0) }.joined(separator: " ")
+                  + String(format: "  %.3f", mean.reduce(0, +) / Double(max(1, mean.count))))
+        }
+    }
+    if solos {
+        print("solo renders (families with >= 5 active frames): detected = frame recall >= 0.5 on its own render; others = families active during its true frames")
+        print("family     solos  detected  frame R   frame P   others/solo  false frames  most often claimed")
+        for fam in families where (soloN[fam] ?? 0) > 0 {
+            let n = soloN[fam]!, c = soloFrames[fam] ?? Counts()
+            let top = (soloFalse[fam] ?? [:]).sorted { $0.value > $1.value || ($0.value == $1.value && $0.key < $1.key) }.prefix(3)
+                .map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+            print(fam.padding(toLength: 9, withPad: " ", startingAt: 0) + String(format: "  %5d  %7.0f %%  %7.3f   %7.3f   %11.2f  %10.0f %%  %@", n, 100 * Double(soloDetected[fam] ?? 0) / Double(n),
+                         c.recall, c.precision, Double(soloFalseFamilies[fam] ?? 0) / Double(n),
+                         100 * Double(soloFalseFrames[fam] ?? 0) / Double(max(1, soloFramesTotal[fam] ?? 0)), top.isEmpty ? "-" : top))
+        }
+        print("(false frames: frames where another family is active, summed over the other families, per true frame of the soloist)")
+    }
+    func paceLine(_ name: String, _ truth: [Double]) {
+        let pairs = zip(paceFound, truth).filter { $0.1 > 0 }
+        let ratios = pairs.map { $0.0 / $0.1 }
+        let within = ratios.filter { abs($0 - 1) <= 0.25 }.count
+        print(String(format: "  vs %@: Pearson r %.3f; median |ratio - 1| %.3f; median ratio %.2f; within ±25 %% %.1f %% (%d of %d ranges with truth > 0)",
+                     name, pearson(paceFound, truth), median(ratios.map { abs($0 - 1) }), median(ratios),
+                     100 * Double(within) / Double(max(1, ratios.count)), within, ratios.count))
+    }
+    print("pace on \(overallFound.count) mixes, \(paceFound.count) ranges of 10 s every 5 s (events per minute):")
+    paceLine("onset events (notes of all parts merged within 50 ms)", paceEvents)
+    paceLine("every note-on", paceNotes)
+    paceLine("drum hits", paceDrums)
+    print(String(format: "  whole pieces: Pearson r %.3f (pace overall vs score events per minute); median pace %.0f, median truth %.0f per minute",
+                 pearson(overallFound, overallTruth), median(overallFound), median(overallTruth)))
+    print(String(format: "speed: %.0f × real-time on one core (decoding, classification and pace)", seconds / max(cpuUsed, 1e-9)))
 }
 
 struct SeededGenerator: RandomNumberGenerator {

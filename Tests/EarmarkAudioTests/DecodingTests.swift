@@ -1,4 +1,4 @@
-import EarmarkAudio
+@testable import EarmarkAudio
 import EarmarkTestSupport
 import Foundation
 import Testing
@@ -244,6 +244,17 @@ struct AudioDigestTests {
         #expect(try digest(quieter) != a)
     }
 
+    @Test("the digest of a fixed signal keeps its value (catalogs store it to spot re-added audio)")
+    func stableValue() {
+        var d = AudioDigest()
+        // Odd length and chunks, values past full scale, exact halves: every path of the quantiser.
+        var x: [Float] = (0..<10_007).map { (i: Int) -> Float in Float(sin(Double(i) * 0.01)) * 1.2 }
+        x += [0.5 / 32767, -0.5 / 32767, 0]
+        d.update(Array(x[0..<3]))
+        d.update(Array(x[3...]))
+        #expect(d.finalizeHex() == "3a81f693c0ad0e2c1b063afe567255ee")
+    }
+
     @Test("the digest does not depend on how samples are split into chunks, but on their count")
     func chunkIndependence() {
         let x = Signal.whiteNoise(count: 10_001, rms: 0.3, seed: 3)
@@ -261,5 +272,68 @@ struct AudioDigestTests {
         #expect(parts.finalizeHex() == h)
         #expect(shorter.finalizeHex() != h)
         #expect(padded.finalizeHex() != h, "a trailing zero sample is still a different recording")
+    }
+}
+
+@Suite("Ogg Opus through libopus directly")
+struct OggOpusTests {
+    /// Every interleaved sample a source gives, at the file's own rate.
+    private func all(_ source: any FileSource) throws -> [Float] {
+        var out: [Float] = []
+        while let chunk = try source.readInterleaved() { out += chunk }
+        return out
+    }
+
+    @Test("stereo music at 48 kHz and mono speech at 16 kHz decode as libsndfile decodes them, sample for sample",
+          arguments: [("music", 2, 48_000), ("speech", 1, 16_000)])
+    func sameAsLibsndfile(kind: String, channels: Int, rate: Int) throws {
+        let audio = try TestAudio.set()
+        let dir = try TemporaryDirectory("opus")
+        let source = kind == "music" ? try audio.reference("pingus-4") : audio.speech[0]
+        try Fixtures.cut(source, start: 3, seconds: 20, to: dir.file("cut.wav"), rate: rate, channels: channels)
+        try Run.ffmpeg(["-i", dir.path("cut.wav"), "-c:a", "libopus", "-b:a", "64k", dir.path("cut.opus")])
+        let ours = try #require(try OggOpusSource.open(path: dir.path("cut.opus"), chunkFrames: 4_096))
+        let theirs = try SndFileSource(path: dir.path("cut.opus"), chunkFrames: 4_096)
+        #expect(ours.sampleRate == Double(rate) && theirs.sampleRate == Double(rate))
+        #expect(ours.channels == channels && theirs.channels == channels)
+        #expect(ours.announcedFrames == theirs.announcedFrames)
+        let a = try all(ours), b = try all(theirs)
+        #expect(a.count == 20 * rate * channels, "\(a.count) samples")
+        #expect(a.count == b.count)
+        #expect(a == b)
+        #expect(Signal.rms(a) > 0.01)
+        let reader = try AudioFileReader(path: dir.path("cut.opus"))
+        #expect(reader.decoder == .libopus)
+        #expect(abs((reader.announcedDuration ?? 0) - 20) < 1e-9)
+    }
+
+    @Test("truncated and damaged Opus files decode what is intact, without a crash; 5.1 Opus goes to libsndfile")
+    func damagedAndSurround() throws {
+        let audio = try TestAudio.set()
+        let dir = try TemporaryDirectory("opus-bad")
+        try Fixtures.cut(try audio.reference("pingus-4"), start: 3, seconds: 20, to: dir.file("cut.wav"), rate: 48_000, channels: 2)
+        try Run.ffmpeg(["-i", dir.path("cut.wav"), "-c:a", "libopus", "-b:a", "64k", dir.path("cut.opus")])
+        let bytes = try Data(contentsOf: dir.file("cut.opus"))
+        try bytes.prefix(bytes.count / 2).write(to: dir.file("half.opus"))
+        let half = try decode(dir.file("half.opus")).samples
+        #expect(half.count > 44_100 * 8 && half.count < 44_100 * 12, "\(half.count) samples")
+        var damaged = bytes
+        for i in stride(from: bytes.count / 3, to: bytes.count / 3 + 2_000, by: 7) { damaged[i] ^= 0x5A }
+        try damaged.write(to: dir.file("damaged.opus"))
+        let code = decodeErrorCode(dir.file("damaged.opus"))
+        #expect(code == nil || code == .corrupt)
+        if code == nil {
+            let d = try decode(dir.file("damaged.opus")).samples
+            #expect(d.count > 44_100 * 15, "decoding goes on after the damaged pages: \(d.count) samples")
+        }
+        try Data("OggS but not really an Ogg file".utf8).write(to: dir.file("fake.opus"))
+        #expect(decodeErrorCode(dir.file("fake.opus")) != nil)
+        let six = (0..<6).map { _ in "cut.wav" }
+        try Run.sox(["-M"] + six.map { dir.path($0) } + [dir.path("six.wav"), "remix", "1", "2", "1", "2", "1", "2"])
+        try Run.ffmpeg(["-i", dir.path("six.wav"), "-c:a", "libopus", "-b:a", "128k", "-mapping_family", "1", dir.path("six.opus")])
+        let (six51, reader) = try decode(dir.file("six.opus"))
+        #expect(reader.decoder == .libsndfile)
+        #expect(reader.sourceChannels == 6)
+        #expect(abs(Double(six51.count) / 44_100 - 20) < 0.01)
     }
 }
