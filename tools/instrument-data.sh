@@ -70,8 +70,8 @@
 #
 # Deterministic (sorted inputs, pinned Python packages, fixed Debian packages, seeded dither);
 # idempotent (with a READY of this set version it only prints DIR); safe to run concurrently (flock
-# on DIR/.lock). Downloads about 50 MB of Debian packages and 20 MB of wheels; installs fluidsynth and
-# fluid-soundfont-gm with apt-get when missing (root only). About 1.3 GB of FLAC; about 12 minutes
+# on DIR/.lock). Downloads about 45 MB of Debian packages and 20 MB of wheels; installs fluidsynth and
+# fluid-soundfont-gm with apt-get when missing (root only). About 700 MB of FLAC; about 13 minutes
 # on 2 cores (FluidSynth). Needs apt-get, dpkg-deb, python3 >= 3.11 with venv (or $EARMARK_PYTHON),
 # sox, flock and PyPI. Prints DIR on standard output; progress and errors go to standard error.
 set -euo pipefail

@@ -1,14 +1,31 @@
 #!/usr/bin/env bash
 # Music-metadata benchmark: key on Bach chorales (music21's corpus, rendered with FluidSynth) and
 # beats, downbeats and tempo on MIDI files from Debian packages (rendered the same way), with the
-# ground truth from the scores (tools/music-data.sh builds and caches the set).
+# ground truth from the scores (tools/music-data.sh builds and caches the set); with --instruments,
+# instrument activity and pace on multi-part MIDI files rendered as a mix and per instrument family
+# alone (tools/instrument-data.sh builds and caches that set; the sound model comes from
+# tools/fetch-model.sh).
 #
-#   tools/music-bench.sh             # everything
-#   tools/music-bench.sh --verbose   # also every piece that is not exactly right
+#   tools/music-bench.sh                  # key, rhythm (and structure with --corpus CORPUS/public)
+#   tools/music-bench.sh --verbose        # also every piece that is not exactly right
+#   tools/music-bench.sh --instruments    # instrument activity and pace; more options after it go to
+#                                         # earmark-music-bench (--subset even|odd, --sweep, --no-solos,
+#                                         # --verbose, --limit N)
+#
+# EARMARK_SCRATCH: the build folder (default .build/tools).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+scratch=${EARMARK_SCRATCH:-.build/tools}
 bash tools/setup.sh </dev/null
-data=$(bash tools/music-data.sh </dev/null)
-swift build -c release --scratch-path .build/tools --product earmark-music-bench 2>&1 | grep -Ev '^\[[0-9]+/[0-9]+\]' || true
-bench="$(swift build -c release --scratch-path .build/tools --show-bin-path)/earmark-music-bench"
-"$bench" --data "$data" "$@"
+if [ "${1:-}" = --instruments ]; then
+  shift
+  data=$(bash tools/instrument-data.sh </dev/null)
+  model=$(bash tools/fetch-model.sh </dev/null)
+  set -- --instruments "$data" --model "$model" "$@"
+else
+  data=$(bash tools/music-data.sh </dev/null)
+  set -- --data "$data" "$@"
+fi
+swift build -c release --scratch-path "$scratch" --product earmark-music-bench 2>&1 | grep -Ev '^\[[0-9]+/[0-9]+\]' || true
+bench="$(swift build -c release --scratch-path "$scratch" --show-bin-path)/earmark-music-bench"
+"$bench" "$@"

@@ -189,9 +189,11 @@ struct InstrumentRun {
     var windows: [SoundWindow]
     var activity: InstrumentActivity
     var pace: PaceResult?
+    /// Pace with other thresholds (``BeatTracker/pace(deviations:)``), for the sweep.
+    var paceSweep: [Double: PaceResult] = [:]
 }
 
-func runInstruments(path: String, model: SoundModel, pace: Bool) throws -> InstrumentRun {
+func runInstruments(path: String, model: SoundModel, pace: Bool, paceSweep: [Double] = []) throws -> InstrumentRun {
     let reader = try MultichannelFileReader(path: path)
     let classifier = try SoundClassificationStream(model: model, options: ClassificationOptions(windowDuration: model.frontEnd.patchDuration, overlapFactor: 0))
     let tracker = pace ? try BeatTracker(inputRate: reader.sampleRate) : nil
@@ -203,7 +205,9 @@ func runInstruments(path: String, model: SoundModel, pace: Bool) throws -> Instr
     }
     windows += classifier.finish()
     let activity = try InstrumentActivity(windows: windows, duration: classifier.duration, model: model)
-    return InstrumentRun(windows: windows, activity: activity, pace: tracker?.pace())
+    var run = InstrumentRun(windows: windows, activity: activity, pace: tracker?.pace())
+    for d in paceSweep { run.paceSweep[d] = tracker?.pace(deviations: d) }
+    return run
 }
 
 /// Frames [i, i+1) of `count` that `ranges` cover for at least half a second.
@@ -333,7 +337,10 @@ if !instrumentData.isEmpty {
     let families = InstrumentFamily.allCases.map(\.rawValue)
     let decoder = JSONDecoder()
     decoder.keyDecodingStrategy = .convertFromSnakeCase
-    let sweepOnsets = [0.03, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4]
+    let sweepOnsets = [0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.2]
+    var sweepSolo: [Double: (own: Counts, falseFrames: Int, trueFrames: Int)] = [:]
+    let paceDeviations = [0.0, 0.25, 0.5, 0.75, 1.0, 1.5]
+    var sweepPace: [Double: [Double]] = [:]
 
     var frame: [String: Counts] = [:], segHits: [String: Int] = [:], segFound: [String: Int] = [:], segTruth: [String: Int] = [:]
     var present: [String: Int] = [:], detectedPieces: [String: Int] = [:], falsePieces: [String: Int] = [:]
@@ -342,7 +349,7 @@ if !instrumentData.isEmpty {
     var soloN: [String: Int] = [:], soloDetected: [String: Int] = [:], soloFrames: [String: Counts] = [:]
     var soloFalse: [String: [String: Int]] = [:], soloFalseFamilies: [String: Int] = [:], soloFalseFrames: [String: Int] = [:]
     var soloFramesTotal: [String: Int] = [:]
-    var paceFound: [Double] = [], paceEvents: [Double] = [], paceNotes: [Double] = [], paceDrums: [Double] = []
+    var paceFound: [Double] = [], paceEvents: [Double] = [], paceNotes: [Double] = [], paceDrums: [Double] = [], paceCoarse: [Double] = []
     var overallFound: [Double] = [], overallTruth: [Double] = []
     var seconds = 0.0, cpuUsed = 0.0, pieces = 0
     for path in truthFiles {
@@ -350,7 +357,7 @@ if !instrumentData.isEmpty {
             print("  cannot read \(path)"); continue
         }
         let t0 = cpuSeconds()
-        let f = try runInstruments(path: t.mix, model: model, pace: true)
+        let f = try runInstruments(path: t.mix, model: model, pace: true, paceSweep: sweep ? paceDeviations : [])
         cpuUsed += cpuSeconds() - t0
         seconds += f.activity.duration
         if verbose {
@@ -395,6 +402,9 @@ if !instrumentData.isEmpty {
             }
         }
         // Pace against the onsets of the score, in the ranges pace reports.
+        // Onsets merged within 100 ms of the first of their group: the finest pace can resolve (peaks ±100 ms).
+        var coarse: [Double] = []
+        for x in t.notes.sorted() where coarse.last.map({ x - $0 > 0.1 }) ?? true { coarse.append(x) }
         if let pace = f.pace {
             for v in pace.values {
                 let minutes = (v.end - v.start) / 60
@@ -403,7 +413,9 @@ if !instrumentData.isEmpty {
                 paceEvents.append(rate(t.events))
                 paceNotes.append(rate(t.notes))
                 paceDrums.append(rate(t.drumHits))
+                paceCoarse.append(rate(coarse))
             }
+            for (d, p) in f.paceSweep { sweepPace[d, default: []] += p.values.map(\.value) }
             overallFound.append(pace.overall)
             overallTruth.append(Double(t.events.count) * 60 / t.duration)
         }
@@ -434,6 +446,17 @@ if !instrumentData.isEmpty {
                     soloFalse[fam, default: [:]][other.family, default: 0] += 1
                     soloFalseFrames[fam, default: 0] += k
                     others.append(other.family)
+                }
+            }
+            if sweep {
+                for o in sweepOnsets {
+                    var e = sweepSolo[o] ?? (own: Counts(), falseFrames: 0, trueFrames: 0)
+                    for g in s.activity.families {
+                        let found = coveredFrames(sweepRanges(g.activity, onset: o, offset: o / 2), count: n)
+                        if g.family == fam { e.own.add(found: found, truth: truth) } else { e.falseFrames += zip(found, truth).filter { $0 && $1 }.count }
+                    }
+                    e.trueFrames += truth.filter { $0 }.count
+                    sweepSolo[o] = e
                 }
             }
             soloFalseFamilies[fam, default: 0] += others.count
@@ -471,7 +494,7 @@ if !instrumentData.isEmpty {
         for o in sweepOnsets {
             let fs = families.map { sweepCounts[o]?[$0]?.f ?? 0 }
             let mean = zip(families, fs).filter { (present[$0.0] ?? 0) > 0 }.map(\.1)
-            print(String(format: "%5.2f  ", o) + fs.map { String(format: "%-9.3f", $0) }.joined(separator: " ")
+            print(String(format: "%6.4f ", o) + fs.map { String(format: "%-9.3f", $0) }.joined(separator: " ")
                   + String(format: "  %.3f", mean.reduce(0, +) / Double(max(1, mean.count))))
         }
     }
@@ -487,6 +510,14 @@ if !instrumentData.isEmpty {
                          100 * Double(soloFalseFrames[fam] ?? 0) / Double(max(1, soloFramesTotal[fam] ?? 0)), top.isEmpty ? "-" : top))
         }
         print("(false frames: frames where another family is active, summed over the other families, per true frame of the soloist)")
+        if sweep {
+            print("threshold sweep on the solo renders: own-family frame recall, false frames per true frame")
+            for o in sweepOnsets {
+                if let e = sweepSolo[o] {
+                    print(String(format: "  onset %.4f: recall %.3f, false frames %.0f %%", o, e.own.recall, 100 * Double(e.falseFrames) / Double(max(1, e.trueFrames))))
+                }
+            }
+        }
     }
     func paceLine(_ name: String, _ truth: [Double]) {
         let pairs = zip(paceFound, truth).filter { $0.1 > 0 }
@@ -498,8 +529,18 @@ if !instrumentData.isEmpty {
     }
     print("pace on \(overallFound.count) mixes, \(paceFound.count) ranges of 10 s every 5 s (events per minute):")
     paceLine("onset events (notes of all parts merged within 50 ms)", paceEvents)
+    paceLine("onsets merged within 100 ms", paceCoarse)
     paceLine("every note-on", paceNotes)
     paceLine("drum hits", paceDrums)
+    if sweep {
+        print("  pace threshold sweep (deviations above the neighbourhood mean), against onset events:")
+        for d in paceDeviations {
+            let found = sweepPace[d] ?? []
+            let ratios = zip(found, paceEvents).filter { $0.1 > 0 }.map { $0.0 / $0.1 }
+            print(String(format: "    %.2f sd: Pearson r %.3f; median |ratio - 1| %.3f; median ratio %.2f; within ±25 %% %.1f %%", d, pearson(found, paceEvents),
+                         median(ratios.map { abs($0 - 1) }), median(ratios), 100 * Double(ratios.filter { abs($0 - 1) <= 0.25 }.count) / Double(max(1, ratios.count))))
+        }
+    }
     print(String(format: "  whole pieces: Pearson r %.3f (pace overall vs score events per minute); median pace %.0f, median truth %.0f per minute",
                  pearson(overallFound, overallTruth), median(overallFound), median(overallTruth)))
     print(String(format: "speed: %.0f × real-time on one core (decoding, classification and pace)", seconds / max(cpuUsed, 1e-9)))
