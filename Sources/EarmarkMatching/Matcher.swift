@@ -153,8 +153,13 @@ public final class Matcher {
     public var options: MatchOptions
     public let configuration: SignatureConfiguration
 
-    /// Dense hash → first query landmark index table, reused across queries (2²¹ entries).
-    private var first = [Int32](repeating: -1, count: 1 << Landmarks.hashBits)
+    /// Dense hash → first query landmark index table, reused across queries (2²¹ entries). A raw
+    /// buffer: read once per posting, where an array property would pay a dynamic exclusivity check.
+    private let first: UnsafeMutableBufferPointer<Int32> = {
+        let b = UnsafeMutableBufferPointer<Int32>.allocate(capacity: 1 << Landmarks.hashBits)
+        b.initialize(repeating: -1)
+        return b
+    }()
     /// Decoded reference peaks of the candidates of the current query (all its skew trials).
     private var peakCache: [Int64: ReferencePeaks] = [:]
 
@@ -163,6 +168,8 @@ public final class Matcher {
         self.options = options
         configuration = catalog.configuration
     }
+
+    deinit { first.deallocate() }
 
     public func match(_ signature: Signature) throws -> MatchResult {
         try signature.validateForMatching(configuration: configuration)
@@ -261,6 +268,7 @@ public final class Matcher {
 
         var hits: [Hit] = []
         hits.reserveCapacity(landmarks.count * 4)
+        let first = self.first
         try catalog.lookup(hashes: distinct) { hash, track, rframe in
             var i = Int(first[Int(hash)])
             guard i >= 0 else { return }
@@ -270,7 +278,7 @@ public final class Matcher {
                 i += 1
             }
         }
-        hits.sort { $0.key < $1.key || ($0.key == $1.key && $0.hash < $1.hash) }
+        Hit.sort(&hits)
 
         let fd = configuration.frameDuration
         var perTrack: [TrackScore] = []
@@ -458,6 +466,49 @@ struct Hit {
     var key: UInt64
     var qframe: UInt32
     var hash: UInt32
+
+    /// Sorts by key, then hash, stably: an LSD radix sort on the key's bytes (bytes every hit shares
+    /// are skipped), then insertion sort by hash inside each run of equal keys, which is short.
+    static func sort(_ hits: inout [Hit]) {
+        let n = hits.count
+        guard n > 1 else { return }
+        var other = [Hit](unsafeUninitializedCapacity: n) { _, count in count = n }
+        var inOther = false
+        hits.withUnsafeMutableBufferPointer { a in
+            other.withUnsafeMutableBufferPointer { b in
+                var counts = [Int](repeating: 0, count: 256)
+                for shift in stride(from: 0, to: 64, by: 8) {
+                    let (src, dst) = inOther ? (b, a) : (a, b)
+                    for i in 0..<256 { counts[i] = 0 }
+                    for h in src { counts[Int(truncatingIfNeeded: h.key >> UInt64(shift)) & 255] += 1 }
+                    if counts.contains(n) { continue }
+                    var sum = 0
+                    for i in 0..<256 { let c = counts[i]; counts[i] = sum; sum += c }
+                    for h in src {
+                        let d = Int(truncatingIfNeeded: h.key >> UInt64(shift)) & 255
+                        dst[counts[d]] = h
+                        counts[d] += 1
+                    }
+                    inOther.toggle()
+                }
+                let s = inOther ? b : a
+                var i = 1
+                while i < n {
+                    if s[i].key == s[i - 1].key, s[i].hash < s[i - 1].hash {
+                        let x = s[i]
+                        var j = i
+                        while j > 0, s[j - 1].key == x.key, s[j - 1].hash > x.hash {
+                            s[j] = s[j - 1]
+                            j -= 1
+                        }
+                        s[j] = x
+                    }
+                    i += 1
+                }
+            }
+        }
+        if inOther { swap(&hits, &other) }
+    }
     static func key(track: Int64, offset: Int32) -> UInt64 {
         UInt64(UInt32(truncatingIfNeeded: track)) << 32 | UInt64(UInt32(bitPattern: offset) ^ 0x8000_0000)
     }

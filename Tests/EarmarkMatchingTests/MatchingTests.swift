@@ -1,6 +1,6 @@
 import EarmarkAudio
 import EarmarkCatalog
-import EarmarkMatching
+@testable import EarmarkMatching
 import EarmarkSignature
 import EarmarkTestSupport
 import Foundation
@@ -194,5 +194,23 @@ struct SpanningMatchingTests {
         #expect(matchA.queryStart < 1 && matchA.queryEnd <= 6.5, "A covers \(matchA.queryStart)–\(matchA.queryEnd)")
         #expect(matchB.queryStart >= 4 && matchB.queryEnd > 9, "B covers \(matchB.queryStart)–\(matchB.queryEnd)")
         #expect(result.matches.count == 2, "extra matches: \(result.matches.map { $0.track.title ?? "?" })")
+    }
+}
+
+@Suite("Hit ordering")
+struct HitSortTests {
+    @Test("the radix sort orders hits as a stable sort by key then hash does", arguments: [0, 1, 2, 17, 5_000])
+    func radixMatchesStableSort(count: Int) {
+        var rng = SeededRandom(seed: UInt64(count) + 11)
+        // Few tracks, offsets on both sides of zero, repeated keys and hashes: every byte pass and tie.
+        let hits = (0..<count).map { i in
+            Hit(key: Hit.key(track: Int64(rng.next() % 5 + 1), offset: Int32(Int(rng.next() % 400) - 200) * (i % 7 == 0 ? 4_000 : 1)),
+                qframe: UInt32(i), hash: UInt32(rng.next() % 6))
+        }
+        var radix = hits
+        Hit.sort(&radix)
+        let reference = hits.sorted { ($0.key, $0.hash) < ($1.key, $1.hash) || (($0.key, $0.hash) == ($1.key, $1.hash) && $0.qframe < $1.qframe) }
+        #expect(radix.map(\.qframe) == reference.map(\.qframe))
+        #expect(radix.map(\.offset) == reference.map(\.offset))
     }
 }
