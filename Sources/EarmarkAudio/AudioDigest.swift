@@ -21,11 +21,9 @@ public struct AudioDigest {
             }
             // Then whole words of four: the same words as one sample at a time, without the per-sample state.
             while i + 4 <= buf.count {
-                var x = SIMD4<Float>(buf[i], buf[i + 1], buf[i + 2], buf[i + 3]) * 32767
-                x = x.clamped(lowerBound: SIMD4(repeating: -32767.5), upperBound: SIMD4(repeating: 32767.4))
-                x += SIMD4<Float>(repeating: 0.5).replacing(with: -0.5, where: x .< 0)
-                let q = SIMD4<UInt32>(truncatingIfNeeded: SIMD4<Int32>(x)) & 0xFFFF
-                mix(UInt64(q[0]) << 48 | UInt64(q[1]) << 32 | UInt64(q[2]) << 16 | UInt64(q[3]))
+                let w = UInt64(Self.quantize(buf[i])) << 48 | UInt64(Self.quantize(buf[i + 1])) << 32
+                    | UInt64(Self.quantize(buf[i + 2])) << 16 | UInt64(Self.quantize(buf[i + 3]))
+                mix(w)
                 i += 4
             }
             while i < buf.count {
