@@ -25,6 +25,12 @@ public final class Catalog {
     private var schemaOnDisk = Catalog.schemaVersion
     private let busyTimeout: Double
     private var lookupStatement: SQLiteStatement?
+    private var trackStatement: SQLiteStatement?
+    private var dataVersionStatement: SQLiteStatement?
+    /// The hash index copied into memory by ``preloadIndex(maximumBytes:)``: bucket b's blob is
+    /// `data[offsets[b]..<offsets[b + 1]]`. `stale` after this connection writes postings.
+    private var memoryIndex: (offsets: [UInt32], data: [UInt8], dataVersion: Int64)?
+    private var memoryIndexStale = false
 
     /// The catalog used when no `--catalog` is given: `$EARMARK_CATALOG`, else
     /// `$XDG_DATA_HOME/earmark/catalog.earcat`, else `~/.local/share/earmark/catalog.earcat`.
@@ -209,7 +215,10 @@ public final class Catalog {
 
     /// The track with `id`, or nil.
     public func track(id: Int64) throws -> Track? {
-        let s = try db.prepare("SELECT \(Catalog.trackColumns) FROM tracks WHERE id = ?1")
+        if trackStatement == nil { trackStatement = try db.prepare("SELECT \(Catalog.trackColumns) FROM tracks WHERE id = ?1") }
+        let s = trackStatement!
+        s.reset()
+        defer { s.reset() }
         s.bind(1, id)
         return try s.step() ? readTrack(s) : nil
     }
@@ -292,6 +301,7 @@ public final class Catalog {
     }
 
     private func appendPostings(trackID: Int64, landmarks: [Landmark]) throws {
+        memoryIndexStale = true
         let upsert = try db.prepare("""
             INSERT INTO postings(bucket, data) VALUES (?1, ?2)
             ON CONFLICT(bucket) DO UPDATE SET data = data || excluded.data
@@ -339,6 +349,7 @@ public final class Catalog {
             for id in doomed where try track(id: id) == nil {
                 throw CatalogError(.noSuchTrack, "no track with id \(id)", path: path)
             }
+            memoryIndexStale = true
             let scan = try db.prepare("SELECT bucket, data FROM postings")
             let update = try db.prepare("UPDATE postings SET data = ?2 WHERE bucket = ?1")
             let delete = try db.prepare("DELETE FROM postings WHERE bucket = ?1")
@@ -420,6 +431,19 @@ public final class Catalog {
         guard !hashes.isEmpty else { return }
         var buckets = hashes.map { $0 >> Catalog.lowBits }
         buckets.sort()
+        if let index = try currentMemoryIndex() {
+            index.data.withUnsafeBytes { data in
+                var last = UInt32.max
+                for b in buckets where b != last {
+                    last = b
+                    guard Int(b) + 1 < index.offsets.count else { continue }
+                    let lo = Int(index.offsets[Int(b)]), hi = Int(index.offsets[Int(b) + 1])
+                    guard hi > lo else { continue }
+                    Catalog.decodePostings(bucket: b, UnsafeRawBufferPointer(rebasing: data[lo..<hi]), body)
+                }
+            }
+            return
+        }
         if lookupStatement == nil {
             lookupStatement = try db.prepare("SELECT bucket, data FROM postings WHERE bucket IN (SELECT value FROM json_each(?1))")
         }
@@ -446,14 +470,71 @@ public final class Catalog {
             defer { s.reset() }
             while try s.step() {
                 let bucket = UInt32(truncatingIfNeeded: s.int64(0))
-                s.withBlob(1) { raw in
-                    var r = VarintReader(raw)
-                    while let track = r.next(), let value = r.next() {
-                        body(bucket << Catalog.lowBits | UInt32(value & 7), Int64(track), UInt32(truncatingIfNeeded: value >> 3))
-                    }
-                }
+                s.withBlob(1) { Catalog.decodePostings(bucket: bucket, $0, body) }
             }
         }
+    }
+
+    @inline(__always)
+    private static func decodePostings(bucket: UInt32, _ raw: UnsafeRawBufferPointer, _ body: (UInt32, Int64, UInt32) -> Void) {
+        var r = VarintReader(raw)
+        while let track = r.next(), let value = r.next() {
+            body(bucket << Catalog.lowBits | UInt32(value & 7), Int64(track), UInt32(truncatingIfNeeded: value >> 3))
+        }
+    }
+
+    /// Copies the hash index into memory, so ``lookup(hashes:_:)`` reads no pages: worth it when one
+    /// connection answers many queries (batch matching, live sessions). The copy costs about as much
+    /// memory as the index takes on disk (about 1 MB per hour of audio); catalogs whose file is larger
+    /// than `maximumBytes` are left on disk and false is returned. Writes through this connection and
+    /// commits by other connections (seen through `PRAGMA data_version`) make the next lookup reload it.
+    @discardableResult
+    public func preloadIndex(maximumBytes: Int = 512 << 20) throws -> Bool {
+        let bytes = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? Int.max
+        guard bytes <= maximumBytes else {
+            memoryIndex = nil
+            return false
+        }
+        let version = try dataVersion()
+        let count = 1 << (Landmarks.hashBits - Int(Catalog.lowBits))
+        var offsets = [UInt32](repeating: 0, count: count + 1)
+        var data: [UInt8] = []
+        data.reserveCapacity(bytes)
+        let s = try db.prepare("SELECT bucket, data FROM postings ORDER BY bucket")
+        var next = 0
+        while try s.step() {
+            let bucket = Int(s.int64(0))
+            guard bucket >= 0, bucket < count, bucket >= next else {
+                throw CatalogError(.damaged, "hash index holds an invalid bucket \(bucket)", path: path)
+            }
+            while next <= bucket { offsets[next] = UInt32(data.count); next += 1 }
+            s.withBlob(1) { data.append(contentsOf: $0) }
+            guard data.count < Int(UInt32.max) else { memoryIndex = nil; return false }
+        }
+        while next <= count { offsets[next] = UInt32(data.count); next += 1 }
+        memoryIndex = (offsets, data, version)
+        memoryIndexStale = false
+        return true
+    }
+
+    /// The in-memory index, reloaded when stale; nil when none was preloaded.
+    private func currentMemoryIndex() throws -> (offsets: [UInt32], data: [UInt8], dataVersion: Int64)? {
+        guard let index = memoryIndex else { return nil }
+        let version = try dataVersion()
+        if memoryIndexStale || version != index.dataVersion {
+            memoryIndex = nil
+            guard try preloadIndex() else { return nil }
+        }
+        return memoryIndex
+    }
+
+    /// Changes whenever another connection commits to the file.
+    private func dataVersion() throws -> Int64 {
+        if dataVersionStatement == nil { dataVersionStatement = try db.prepare("PRAGMA data_version") }
+        let s = dataVersionStatement!
+        s.reset()
+        defer { s.reset() }
+        return try s.step() ? s.int64(0) : 0
     }
 
     /// Peak constellation blob: per peak, varint(frame − previous frame) and one byte (bin − minBin).

@@ -162,6 +162,13 @@ public final class Matcher {
     }()
     /// Decoded reference peaks of the candidates of the current query (all its skew trials).
     private var peakCache: [Int64: ReferencePeaks] = [:]
+    /// When true (the default), the second query copies the catalog's hash index into memory (see
+    /// ``Catalog/preloadIndex(maximumBytes:)``): a one-off cost that later queries repay many times over.
+    public var preloadsIndex = true
+    private var queries = 0
+    /// Hit arrays kept between searches so their capacity (often 10⁵ hits) is allocated once.
+    private var hitBuffer: [Hit] = []
+    private var hitScratch: [Hit] = []
 
     public init(catalog: Catalog, options: MatchOptions = .default) {
         self.catalog = catalog
@@ -173,6 +180,8 @@ public final class Matcher {
 
     public func match(_ signature: Signature) throws -> MatchResult {
         try signature.validateForMatching(configuration: configuration)
+        queries += 1
+        if preloadsIndex, queries == 2 { try catalog.preloadIndex() }
         // Stored peaks do not depend on the skew, so one decode per track serves every trial.
         peakCache.removeAll(keepingCapacity: true)
         let plain = try matchOnce(signature, trials: 1)
@@ -257,7 +266,9 @@ public final class Matcher {
     private func matchOnce(_ signature: Signature, trials: Int, minimumHits: Int? = nil) throws -> MatchResult {
         let landmarks = Landmarks.extract(from: signature, role: .query, configuration: configuration)
         // Query landmarks sorted by hash; `first[h]` is the index of the first one with hash h (or −1).
-        let sorted = landmarks.sorted { ($0.hash, $0.frame) < ($1.hash, $1.frame) }
+        var packed = landmarks.map { UInt64($0.hash) << 32 | UInt64($0.frame) }
+        packed.sort()
+        let sorted = packed.map { Landmark(hash: UInt32(truncatingIfNeeded: $0 >> 32), frame: UInt32(truncatingIfNeeded: $0)) }
         var distinct: [UInt32] = []
         distinct.reserveCapacity(sorted.count)
         for (i, l) in sorted.enumerated() where i == 0 || sorted[i - 1].hash != l.hash {
@@ -266,8 +277,10 @@ public final class Matcher {
         }
         defer { for h in distinct { first[Int(h)] = -1 } }
 
-        var hits: [Hit] = []
-        hits.reserveCapacity(landmarks.count * 4)
+        var hits = hitBuffer
+        hitBuffer = []
+        hits.removeAll(keepingCapacity: true)
+        defer { hitBuffer = hits }
         let first = self.first
         try catalog.lookup(hashes: distinct) { hash, track, rframe in
             var i = Int(first[Int(hash)])
@@ -278,7 +291,7 @@ public final class Matcher {
                 i += 1
             }
         }
-        Hit.sort(&hits)
+        Hit.sort(&hits, scratch: &hitScratch)
 
         let fd = configuration.frameDuration
         var perTrack: [TrackScore] = []
@@ -469,13 +482,14 @@ struct Hit {
 
     /// Sorts by key, then hash, stably: an LSD radix sort on the key's bytes (bytes every hit shares
     /// are skipped), then insertion sort by hash inside each run of equal keys, which is short.
-    static func sort(_ hits: inout [Hit]) {
+    static func sort(_ hits: inout [Hit], scratch other: inout [Hit]) {
         let n = hits.count
         guard n > 1 else { return }
-        var other = [Hit](unsafeUninitializedCapacity: n) { _, count in count = n }
+        if other.count < n { other = [Hit](unsafeUninitializedCapacity: n) { _, count in count = n } }
         var inOther = false
         hits.withUnsafeMutableBufferPointer { a in
-            other.withUnsafeMutableBufferPointer { b in
+            other.withUnsafeMutableBufferPointer { whole in
+                let b = UnsafeMutableBufferPointer(rebasing: whole[0..<n])
                 var counts = [Int](repeating: 0, count: 256)
                 for shift in stride(from: 0, to: 64, by: 8) {
                     let (src, dst) = inOther ? (b, a) : (a, b)
@@ -507,7 +521,11 @@ struct Hit {
                 }
             }
         }
-        if inOther { swap(&hits, &other) }
+        if inOther {
+            swap(&hits, &other)
+            // The scratch came back holding the sorted hits' capacity; `hits` is exactly the n sorted.
+            if hits.count > n { hits.removeLast(hits.count - n) }
+        }
     }
     static func key(track: Int64, offset: Int32) -> UInt64 {
         UInt64(UInt32(truncatingIfNeeded: track)) << 32 | UInt64(UInt32(bitPattern: offset) ^ 0x8000_0000)
