@@ -191,10 +191,10 @@ print("  of which matching (lookup + scoring + verification): 10-s clips median 
 print("peak memory (max RSS): \(fmt(peakRSSMB(), 0)) MB")
 
 if let dump = o.dump {
-    var out = "qid\tkind\tdegradation\tduration_s\ttruth\toffset_s\ttop\tscore\tsignificance\trunner_up\tmatch_offset\tms\tverified\ttested\n"
+    var out = "qid\tkind\tdegradation\tduration_s\ttruth\toffset_s\ttop\tscore\tsignificance\trunner_up\tmatch_offset\tms\tverified\ttested\tfrequency_skew\ttime_scale\n"
     for r in results {
         out += "\(r.q["qid"]!)\t\(r.q["kind"]!)\t\(r.q["degradation"]!)\t\(r.q["duration_s"]!)\t\(r.q["track_id"] ?? "")\t\(r.q["offset_s"] ?? "")\t"
-        out += "\(trackID(r.top) ?? "")\t\(r.top?.score ?? 0)\t\(r.top.map { fmt($0.significance, 2) } ?? "")\t\(r.top?.runnerUpScore ?? 0)\t\(r.top.map { fmt($0.matchOffset, 3) } ?? "")\t\(fmt(r.ms, 2))\t\(r.top?.verifiedPeaks ?? 0)\t\(r.top?.queryPeaks ?? 0)\n"
+        out += "\(trackID(r.top) ?? "")\t\(r.top?.score ?? 0)\t\(r.top.map { fmt($0.significance, 2) } ?? "")\t\(r.top?.runnerUpScore ?? 0)\t\(r.top.map { fmt($0.matchOffset, 3) } ?? "")\t\(fmt(r.ms, 2))\t\(r.top?.verifiedPeaks ?? 0)\t\(r.top?.queryPeaks ?? 0)\t\(r.top.map { fmt($0.frequencySkew, 4) } ?? "")\t\(r.top.map { fmt($0.timeScale, 4) } ?? "")\n"
     }
     try out.write(toFile: dump, atomically: true, encoding: .utf8)
 }
