@@ -122,6 +122,37 @@ struct CatalogContentTests {
         #expect(none == 0)
     }
 
+    @Test("the in-memory index answers as the file does, and follows writes from this and other connections")
+    func preloadedIndex() throws {
+        let f = try TwoTrackCatalog()
+        let reader = try Catalog(path: f.path, readOnly: true)
+        let hashes = f.landmarksA.map(\.hash) + f.landmarksB.map(\.hash)
+        let fromDisk = try postings(reader, hashes)
+        #expect(try reader.preloadIndex())
+        #expect(try postings(reader, hashes) == fromDisk)
+        #expect(!(try reader.preloadIndex(maximumBytes: 1)), "a catalog over the limit stays on disk")
+        #expect(try postings(reader, hashes) == fromDisk)
+        #expect(try reader.preloadIndex())
+
+        // Another connection adds a track and removes one: the copy notices both.
+        let writer = try Catalog(path: f.path)
+        let c = makeLandmarks(seed: 77, count: 300)
+        guard case .added(let trackC) = try writer.add(NewTrack(title: "C", duration: 30, contentHash: "hash-c"),
+                                                       landmarks: c, peaks: []) else {
+            Issue.record("C was not added")
+            return
+        }
+        #expect(try postings(reader, c.map(\.hash)).filter { $0.track == trackC.id } == expected(c, track: trackC.id))
+        try writer.remove(ids: [f.a.id])
+        #expect(try postings(reader, f.hashesOnlyInA).isEmpty)
+
+        // Its own writes too.
+        #expect(try writer.preloadIndex())
+        try writer.remove(ids: [trackC.id])
+        #expect(try postings(writer, c.map(\.hash)).allSatisfy { $0.track != trackC.id })
+        #expect(try postings(writer, f.landmarksB.map(\.hash)) == expected(f.landmarksB, track: f.b.id))
+    }
+
     @Test("adding identical audio (same content hash) is a no-op")
     func duplicateContentHash() throws {
         let f = try TwoTrackCatalog()
