@@ -82,11 +82,7 @@ final class OggOpusSource: FileSource {
             ogg_stream_init(stream, 0)
         }
         guard let head, head.family == 0, (1...2).contains(head.channels) else {
-            ogg_stream_clear(stream)
-            ogg_sync_clear(sync)
-            stream.deallocate()
-            sync.deallocate()
-            fclose(file)
+            OggOpusSource.release(stream, sync, file)
             return nil
         }
         serial = firstSerial
@@ -95,11 +91,7 @@ final class OggOpusSource: FileSource {
         sampleRate = Double(rate)
         var error: Int32 = 0
         guard let d = opus_decoder_create(Int32(rate), Int32(head.channels), &error), error == OPUS_OK else {
-            ogg_stream_clear(stream)
-            ogg_sync_clear(sync)
-            stream.deallocate()
-            sync.deallocate()
-            fclose(file)
+            OggOpusSource.release(stream, sync, file)
             throw AudioError(.corrupt, "cannot start the Opus decoder: \(String(cString: opus_strerror(error)))", path: path)
         }
         decoder = d
@@ -113,6 +105,11 @@ final class OggOpusSource: FileSource {
 
     deinit {
         opus_decoder_destroy(decoder)
+        OggOpusSource.release(stream, sync, file)
+    }
+
+    private static func release(_ stream: UnsafeMutablePointer<ogg_stream_state>, _ sync: UnsafeMutablePointer<ogg_sync_state>,
+                                _ file: UnsafeMutablePointer<FILE>) {
         ogg_stream_clear(stream)
         ogg_sync_clear(sync)
         stream.deallocate()
