@@ -24,13 +24,16 @@ public final class Catalog {
     /// Schema version of the file as opened (an older catalog opened read-only is not migrated).
     private var schemaOnDisk = Catalog.schemaVersion
     private let busyTimeout: Double
-    private var lookupStatement: SQLiteStatement?
-    private var trackStatement: SQLiteStatement?
-    private var dataVersionStatement: SQLiteStatement?
     /// The hash index copied into memory by ``preloadIndex(maximumBytes:)``: bucket b's blob is
-    /// `data[offsets[b]..<offsets[b + 1]]`. `stale` after this connection writes postings.
-    private var memoryIndex: (offsets: [UInt32], data: [UInt8], dataVersion: Int64)?
-    private var memoryIndexStale = false
+    /// `data[offsets[b]..<offsets[b + 1]]`, as of `dataVersion`; `stale` once this connection writes postings.
+    private struct MemoryIndex {
+        var offsets: [UInt32]
+        var data: [UInt8]
+        var dataVersion: Int64
+        var maximumBytes: Int
+        var stale = false
+    }
+    private var memoryIndex: MemoryIndex?
 
     /// The catalog used when no `--catalog` is given: `$EARMARK_CATALOG`, else
     /// `$XDG_DATA_HOME/earmark/catalog.earcat`, else `~/.local/share/earmark/catalog.earcat`.
@@ -215,9 +218,7 @@ public final class Catalog {
 
     /// The track with `id`, or nil.
     public func track(id: Int64) throws -> Track? {
-        if trackStatement == nil { trackStatement = try db.prepare("SELECT \(Catalog.trackColumns) FROM tracks WHERE id = ?1") }
-        let s = trackStatement!
-        s.reset()
+        let s = try db.cached("SELECT \(Catalog.trackColumns) FROM tracks WHERE id = ?1")
         defer { s.reset() }
         s.bind(1, id)
         return try s.step() ? readTrack(s) : nil
@@ -301,7 +302,7 @@ public final class Catalog {
     }
 
     private func appendPostings(trackID: Int64, landmarks: [Landmark]) throws {
-        memoryIndexStale = true
+        memoryIndex?.stale = true
         let upsert = try db.prepare("""
             INSERT INTO postings(bucket, data) VALUES (?1, ?2)
             ON CONFLICT(bucket) DO UPDATE SET data = data || excluded.data
@@ -349,7 +350,7 @@ public final class Catalog {
             for id in doomed where try track(id: id) == nil {
                 throw CatalogError(.noSuchTrack, "no track with id \(id)", path: path)
             }
-            memoryIndexStale = true
+            memoryIndex?.stale = true
             let scan = try db.prepare("SELECT bucket, data FROM postings")
             let update = try db.prepare("UPDATE postings SET data = ?2 WHERE bucket = ?1")
             let delete = try db.prepare("DELETE FROM postings WHERE bucket = ?1")
@@ -444,10 +445,7 @@ public final class Catalog {
             }
             return
         }
-        if lookupStatement == nil {
-            lookupStatement = try db.prepare("SELECT bucket, data FROM postings WHERE bucket IN (SELECT value FROM json_each(?1))")
-        }
-        let s = lookupStatement!
+        let s = try db.cached("SELECT bucket, data FROM postings WHERE bucket IN (SELECT value FROM json_each(?1))")
         var json = ""
         json.reserveCapacity(buckets.count * 8)
         var start = 0
@@ -512,27 +510,24 @@ public final class Catalog {
             guard data.count < Int(UInt32.max) else { memoryIndex = nil; return false }
         }
         while next <= count { offsets[next] = UInt32(data.count); next += 1 }
-        memoryIndex = (offsets, data, version)
-        memoryIndexStale = false
+        memoryIndex = MemoryIndex(offsets: offsets, data: data, dataVersion: version, maximumBytes: maximumBytes)
         return true
     }
 
     /// The in-memory index, reloaded when stale; nil when none was preloaded.
-    private func currentMemoryIndex() throws -> (offsets: [UInt32], data: [UInt8], dataVersion: Int64)? {
+    private func currentMemoryIndex() throws -> MemoryIndex? {
         guard let index = memoryIndex else { return nil }
         let version = try dataVersion()
-        if memoryIndexStale || version != index.dataVersion {
+        if index.stale || version != index.dataVersion {
             memoryIndex = nil
-            guard try preloadIndex() else { return nil }
+            guard try preloadIndex(maximumBytes: index.maximumBytes) else { return nil }
         }
         return memoryIndex
     }
 
     /// Changes whenever another connection commits to the file.
     private func dataVersion() throws -> Int64 {
-        if dataVersionStatement == nil { dataVersionStatement = try db.prepare("PRAGMA data_version") }
-        let s = dataVersionStatement!
-        s.reset()
+        let s = try db.cached("PRAGMA data_version")
         defer { s.reset() }
         return try s.step() ? s.int64(0) : 0
     }
@@ -552,9 +547,7 @@ public final class Catalog {
 
     /// The stored peaks of a track as (frame, bin), ordered by frame; empty when unknown.
     public func peaks(trackID: Int64) throws -> [(frame: UInt32, bin: UInt16)] {
-        if peakStatement == nil { peakStatement = try db.prepare("SELECT data FROM track_peaks WHERE track_id = ?1") }
-        let s = peakStatement!
-        s.reset()
+        let s = try db.cached("SELECT data FROM track_peaks WHERE track_id = ?1")
         defer { s.reset() }
         s.bind(1, trackID)
         guard try s.step() else { return [] }
@@ -571,7 +564,6 @@ public final class Catalog {
             return out
         }
     }
-    private var peakStatement: SQLiteStatement?
 
     // MARK: Stats and export
 

@@ -60,6 +60,20 @@ final class SQLiteConnection {
         return SQLiteStatement(handle: stmt, connection: self)
     }
 
+    private var statementCache: [String: SQLiteStatement] = [:]
+
+    /// The statement for `sql`, prepared once and kept for the connection's life (queries run often),
+    /// reset and unbound. Callers reset it again when done, so it holds no read lock in between.
+    func cached(_ sql: String) throws -> SQLiteStatement {
+        if let s = statementCache[sql] {
+            s.reset()
+            return s
+        }
+        let s = try prepare(sql)
+        statementCache[sql] = s
+        return s
+    }
+
     /// Runs `body` in a write transaction that takes the write lock up front (waits up to the busy timeout).
     func writeTransaction<T>(_ body: () throws -> T) throws -> T {
         try execute("BEGIN IMMEDIATE")
