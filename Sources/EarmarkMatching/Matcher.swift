@@ -166,9 +166,6 @@ public final class Matcher {
     /// ``Catalog/preloadIndex(maximumBytes:)``): a one-off cost that later queries repay many times over.
     public var preloadsIndex = true
     private var queries = 0
-    /// Hit arrays kept between searches so their capacity (often 10⁵ hits) is allocated once.
-    private var hitBuffer: [Hit] = []
-    private var hitScratch: [Hit] = []
 
     public init(catalog: Catalog, options: MatchOptions = .default) {
         self.catalog = catalog
@@ -262,8 +259,10 @@ public final class Matcher {
         var best = (evidence: current + 1, skew: Skew(time: time, frequency: frequency))
         for k in -6...6 where k != 0 {
             let s = skew(k)
+            let strong = strongPeaks(signature, skew: s)
             for df in -4...4 {
-                let e = try evidence(of: signature, trackID: match.track.id, offset: match.matchOffset + Double(df) * fd, skew: s)
+                let offset = Int(((match.matchOffset + Double(df) * fd) / fd).rounded())
+                let e = try verifiedEvidence(strong, trackID: match.track.id, offset: offset).evidence
                 if e > best.evidence { best = (e, s) }
             }
         }
@@ -277,9 +276,14 @@ public final class Matcher {
     /// evidence in decades (−log₁₀ of the chance of so many coinciding peaks), not corrected for trials.
     /// `skew` undoes a speed or pitch change first. Comparing two placements this way tells which fits better.
     public func evidence(of signature: Signature, trackID: Int64, offset: Double, skew: Skew? = nil) throws -> Double {
+        try verifiedEvidence(strongPeaks(signature, skew: skew), trackID: trackID,
+                             offset: Int((offset / configuration.frameDuration).rounded())).evidence
+    }
+
+    /// The query peaks peak verification tests, with `skew` undone first.
+    private func strongPeaks(_ signature: Signature, skew: Skew?) -> [Peak] {
         let placed = skew.map { Matcher.unskewed(signature, $0, configuration: configuration) } ?? signature
-        let strong = placed.peaks.filter { Int($0.rank) < options.verifyRankLimit }
-        return try verifiedEvidence(strong, trackID: trackID, offset: Int((offset / configuration.frameDuration).rounded())).evidence
+        return placed.peaks.filter { Int($0.rank) < options.verifyRankLimit }
     }
 
     /// ``verify(_:trackID:offset:)`` with its Poisson evidence in decades.
@@ -303,9 +307,7 @@ public final class Matcher {
     private func matchOnce(_ signature: Signature, trials: Int, minimumHits: Int? = nil) throws -> MatchResult {
         let landmarks = Landmarks.extract(from: signature, role: .query, configuration: configuration)
         // Query landmarks sorted by hash; `first[h]` is the index of the first one with hash h (or −1).
-        var packed = landmarks.map { UInt64($0.hash) << 32 | UInt64($0.frame) }
-        packed.sort()
-        let sorted = packed.map { Landmark(hash: UInt32(truncatingIfNeeded: $0 >> 32), frame: UInt32(truncatingIfNeeded: $0)) }
+        let sorted = landmarks.sorted { ($0.hash, $0.frame) < ($1.hash, $1.frame) }
         var distinct: [UInt32] = []
         distinct.reserveCapacity(sorted.count)
         for (i, l) in sorted.enumerated() where i == 0 || sorted[i - 1].hash != l.hash {
@@ -314,10 +316,8 @@ public final class Matcher {
         }
         defer { for h in distinct { first[Int(h)] = -1 } }
 
-        var hits = hitBuffer
-        hitBuffer = []
-        hits.removeAll(keepingCapacity: true)
-        defer { hitBuffer = hits }
+        var hits: [Hit] = []
+        hits.reserveCapacity(landmarks.count * 4)
         let first = self.first
         try catalog.lookup(hashes: distinct) { hash, track, rframe in
             var i = Int(first[Int(hash)])
@@ -328,7 +328,7 @@ public final class Matcher {
                 i += 1
             }
         }
-        Hit.sort(&hits, scratch: &hitScratch)
+        Hit.sort(&hits)
 
         let fd = configuration.frameDuration
         var perTrack: [TrackScore] = []
@@ -347,7 +347,7 @@ public final class Matcher {
         perTrack.sort { $0.hits > $1.hits }
         let considered = Array(perTrack.prefix(options.candidates).filter { $0.hits >= 3 })
         let tracks = try catalog.tracks(ids: considered.map(\.track))
-        let strongQuery = signature.peaks.filter { Int($0.rank) < options.verifyRankLimit }
+        let strongQuery = strongPeaks(signature, skew: nil)
         func check(_ track: Int64, _ offset: Int) throws -> (matched: Int, tested: Int, evidence: Double) {
             try verifiedEvidence(strongQuery, trackID: track, offset: offset)
         }
@@ -519,14 +519,13 @@ struct Hit {
 
     /// Sorts by key, then hash, stably: an LSD radix sort on the key's bytes (bytes every hit shares
     /// are skipped), then insertion sort by hash inside each run of equal keys, which is short.
-    static func sort(_ hits: inout [Hit], scratch other: inout [Hit]) {
+    static func sort(_ hits: inout [Hit]) {
         let n = hits.count
         guard n > 1 else { return }
-        if other.count < n { other = [Hit](unsafeUninitializedCapacity: n) { _, count in count = n } }
+        var other = [Hit](unsafeUninitializedCapacity: n) { _, count in count = n }
         var inOther = false
         hits.withUnsafeMutableBufferPointer { a in
-            other.withUnsafeMutableBufferPointer { whole in
-                let b = UnsafeMutableBufferPointer(rebasing: whole[0..<n])
+            other.withUnsafeMutableBufferPointer { b in
                 var counts = [Int](repeating: 0, count: 256)
                 for shift in stride(from: 0, to: 64, by: 8) {
                     let (src, dst) = inOther ? (b, a) : (a, b)
@@ -558,11 +557,7 @@ struct Hit {
                 }
             }
         }
-        if inOther {
-            swap(&hits, &other)
-            // The scratch came back holding the sorted hits' capacity; `hits` is exactly the n sorted.
-            if hits.count > n { hits.removeLast(hits.count - n) }
-        }
+        if inOther { swap(&hits, &other) }
     }
     static func key(track: Int64, offset: Int32) -> UInt64 {
         UInt64(UInt32(truncatingIfNeeded: track)) << 32 | UInt64(UInt32(bitPattern: offset) ^ 0x8000_0000)

@@ -208,8 +208,7 @@ struct HitSortTests {
                 qframe: UInt32(i), hash: UInt32(rng.next() % 6))
         }
         var radix = hits
-        var scratch = [Hit](repeating: hits.first ?? Hit(key: 0, qframe: 0, hash: 0), count: count + 3)
-        Hit.sort(&radix, scratch: &scratch)
+        Hit.sort(&radix)
         let reference = hits.sorted { ($0.key, $0.hash) < ($1.key, $1.hash) || (($0.key, $0.hash) == ($1.key, $1.hash) && $0.qframe < $1.qframe) }
         #expect(radix.map(\.qframe) == reference.map(\.qframe))
         #expect(radix.map(\.offset) == reference.map(\.offset))
