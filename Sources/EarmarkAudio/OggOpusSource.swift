@@ -21,8 +21,8 @@ final class OggOpusSource: FileSource {
     private let stream = UnsafeMutablePointer<ogg_stream_state>.allocate(capacity: 1)
     private var decoder: OpaquePointer
     private var serial: Int32
-    /// Header packets (OpusHead, OpusTags) of the current logical stream still to skip.
-    private var headerPackets = 2
+    /// Header packets of the current logical stream still to skip: OpusTags (OpusHead is read on opening).
+    private var headerPackets = 1
     /// Output frames still to drop at the start of the current logical stream.
     private var preSkipLeft: Int
     /// Frames decoded in the current logical stream, in 48 kHz units (granule positions count those).
@@ -89,15 +89,13 @@ final class OggOpusSource: FileSource {
         channels = head.channels
         let rate = [8_000, 12_000, 16_000, 24_000, 48_000].contains(head.inputRate) ? head.inputRate : 48_000
         sampleRate = Double(rate)
-        var error: Int32 = 0
-        guard let d = opus_decoder_create(Int32(rate), Int32(head.channels), &error), error == OPUS_OK else {
+        do {
+            decoder = try OggOpusSource.makeDecoder(rate: rate, head: head, path: path)
+        } catch {
             OggOpusSource.release(stream, sync, file)
-            throw AudioError(.corrupt, "cannot start the Opus decoder: \(String(cString: opus_strerror(error)))", path: path)
+            throw error
         }
-        decoder = d
-        _ = earmark_opus_set_gain(d, Int32(head.gain))
         preSkipLeft = head.preSkip * rate / 48_000
-        headerPackets = 1
         // 120 ms is the longest Opus packet.
         pcm = [Float](repeating: 0, count: rate * 120 / 1000 * head.channels)
         announcedFrames = OggOpusSource.lastGranule(file, serial: firstSerial).map { max(0, Int($0) - head.preSkip) * rate / 48_000 }
@@ -106,6 +104,16 @@ final class OggOpusSource: FileSource {
     deinit {
         opus_decoder_destroy(decoder)
         OggOpusSource.release(stream, sync, file)
+    }
+
+    /// A decoder for one logical stream, with its header's output gain.
+    private static func makeDecoder(rate: Int, head: Head, path: String) throws -> OpaquePointer {
+        var error: Int32 = 0
+        guard let d = opus_decoder_create(Int32(rate), Int32(head.channels), &error), error == OPUS_OK else {
+            throw AudioError(.corrupt, "cannot start the Opus decoder: \(String(cString: opus_strerror(error)))", path: path)
+        }
+        _ = earmark_opus_set_gain(d, Int32(head.gain))
+        return d
     }
 
     private static func release(_ stream: UnsafeMutablePointer<ogg_stream_state>, _ sync: UnsafeMutablePointer<ogg_sync_state>,
@@ -199,13 +207,9 @@ final class OggOpusSource: FileSource {
         headerPackets = 1
         granuleDecoded = 0
         preSkipLeft = head.preSkip * Int(sampleRate) / 48_000
+        let next = try OggOpusSource.makeDecoder(rate: Int(sampleRate), head: head, path: path)
         opus_decoder_destroy(decoder)
-        var error: Int32 = 0
-        guard let d = opus_decoder_create(Int32(sampleRate), Int32(channels), &error), error == OPUS_OK else {
-            throw AudioError(.corrupt, "cannot start the Opus decoder: \(String(cString: opus_strerror(error)))", path: path)
-        }
-        decoder = d
-        _ = earmark_opus_set_gain(d, Int32(head.gain))
+        decoder = next
     }
 
     /// Decodes packets until a chunk is full or the file ends; nil when nothing is left.
