@@ -218,7 +218,7 @@ public final class StreamMatcher {
         }
         // The track playing now is the one whose matched stretch reaches furthest into the window's end.
         let windowLength = horizon - windowStart
-        let recent = result.matches.filter { $0.queryEnd >= windowLength - options.lostAfter / 2 }
+        let recent = StreamMatcher.decisive(result.matches).filter { $0.queryEnd >= windowLength - options.lostAfter / 2 }
         guard let best = recent.max(by: { ($0.queryEnd, $0.significance) < ($1.queryEnd, $1.significance) }) else {
             return noMatch(at: horizon)
         }
@@ -269,6 +269,22 @@ public final class StreamMatcher {
                           frequencySkew: best.frequencySkew, lastSeen: lastSeen)
         reportedNoMatch = false
         return [.match(event)]
+    }
+
+    /// The matches a stream believes: those whose track leads the hash vote (more aligned hashes than any
+    /// other candidate, or as many as another matched track: the same recording twice in the catalog), and
+    /// those a believed leader outvotes (the track before a change). Quiet, sustained sound aligns hashes
+    /// with many tracks at once; among thousands of attempts one of them can then pass peak verification
+    /// by chance while the tracks that lead the vote fail it.
+    static func decisive(_ matches: [Match]) -> [Match] {
+        func leads(_ m: Match) -> Bool {
+            m.score > m.runnerUpScore
+                || (m.score == m.runnerUpScore && matches.contains { $0.track.id != m.track.id && $0.score == m.score })
+        }
+        let leaders = matches.filter(leads)
+        return matches.filter { m in
+            leads(m) || leaders.contains { $0.track.id != m.track.id && $0.score >= m.score }
+        }
     }
 
     private func noMatch(at horizon: Double) -> [SessionEvent] {

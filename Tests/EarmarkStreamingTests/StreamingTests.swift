@@ -1,7 +1,7 @@
 import EarmarkAudio
-import EarmarkCatalog
-import EarmarkMatching
-import EarmarkStreaming
+@testable import EarmarkCatalog
+@testable import EarmarkMatching
+@testable import EarmarkStreaming
 import EarmarkTestSupport
 import Foundation
 import Testing
@@ -178,6 +178,34 @@ struct StreamMatcherTests {
         let id = try #require(f.ids["pingus-4"])
         let lost = events.compactMap { e -> Int64?? in if case .noMatch(_, let p) = e { p } else { nil } }
         #expect(lost == [id], "\(events)")
+    }
+}
+
+@Suite("Streaming: which matches a stream believes")
+struct DecisiveMatchTests {
+    func match(_ id: Int64, score: Int, runnerUp: Int) -> Match {
+        let track = Track(id: id, title: "T\(id)", artist: nil, album: nil, metadata: [:], duration: 100, sourcePath: nil,
+                          contentHash: String(repeating: "0", count: 32), landmarkCount: 1000, addedAt: "2026-01-01T00:00:00Z")
+        return Match(track: track, matchOffset: 10, confidence: 0.99, score: score, significance: 12.3, runnerUpScore: runnerUp,
+                     verifiedPeaks: 40, queryPeaks: 150, alternativeOffsets: [], frequencySkew: 0, timeScale: 1,
+                     queryStart: 0, queryEnd: 10, referenceStart: 10, referenceEnd: 20)
+    }
+
+    @Test("a track that aligns no more hashes than a track that failed verification is not believed")
+    func outvotedAlone() {
+        #expect(StreamMatcher.decisive([match(1, score: 17, runnerUp: 18)]).isEmpty)
+        #expect(StreamMatcher.decisive([match(1, score: 17, runnerUp: 17)]).isEmpty)
+    }
+
+    @Test("the leader of the hash vote is believed, and so are tracks that match as well as another matched one")
+    func leadersAndTies() {
+        #expect(StreamMatcher.decisive([match(1, score: 40, runnerUp: 8)]).map(\.track.id) == [1])
+        // The same recording twice in the catalog: equal votes, both verified.
+        #expect(StreamMatcher.decisive([match(1, score: 40, runnerUp: 40), match(2, score: 40, runnerUp: 40)]).map(\.track.id) == [1, 2])
+        // A track change: the new track has fewer hashes than the old one so far, which matches too.
+        #expect(StreamMatcher.decisive([match(1, score: 60, runnerUp: 25), match(2, score: 25, runnerUp: 60)]).map(\.track.id) == [1, 2])
+        // … but not when the outvoting track is not a match.
+        #expect(StreamMatcher.decisive([match(2, score: 25, runnerUp: 60), match(3, score: 12, runnerUp: 60)]).isEmpty)
     }
 }
 
