@@ -246,7 +246,7 @@ public final class Matcher {
     /// skews within ±1.5 % of it in 0.25 % steps (same kind: speed or tempo), at offsets ±4 frames.
     /// Pitch-only changes are left as found: without a time change the evidence hardly varies with
     /// the factor (peaks are verified to ±1 bin), and a phase vocoder's smeared peaks mislead it.
-    private func refined(_ match: Match, kind: Skew, _ signature: Signature) throws -> Match {
+    func refined(_ match: Match, kind: Skew, _ signature: Signature) throws -> Match {
         let fd = configuration.frameDuration
         let time = match.timeScale, frequency = 1 + match.frequencySkew
         func skew(_ k: Int) -> Skew {
@@ -337,7 +337,7 @@ public final class Matcher {
             let track = hits[i].track
             var j = i
             while j < hits.count, hits[j].track == track { j += 1 }
-            let cells = bestCells(hits[i..<j], count: 3)
+            let cells = bestCells(hits[i..<j], count: 6)
             if let first = cells.first {
                 perTrack.append(TrackScore(track: track, range: i..<j, offset: first.offset, hits: first.hits,
                                            alternatives: Array(cells.dropFirst())))
@@ -357,7 +357,10 @@ public final class Matcher {
             var t = candidate
             var v = try check(t.track, t.offset)
             var tried = [(offset: t.offset, evidence: v.evidence)]
-            for alt in t.alternatives where alt.hits * 2 >= t.hits {
+            // Other offset cells with a third of the hashes or more (repeated music, or the true place when
+            // noise or a skew thins its hashes): the peaks decide, which tells a varied repeat from the original
+            // better than the hash count does.
+            for alt in t.alternatives where alt.hits * 3 >= t.hits {
                 let va = try check(t.track, alt.offset)
                 tried.append((alt.offset, va.evidence))
                 if va.evidence > v.evidence {

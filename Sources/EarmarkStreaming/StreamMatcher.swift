@@ -260,6 +260,7 @@ public final class StreamMatcher {
         var m = best
         // Report the position at the start of the matched stretch, as a file match does for a clip.
         m.matchOffset = alignment + best.timeScale * streamTime
+        m.alternativeOffsets = best.alternativeOffsets.map { $0 + best.timeScale * best.queryStart }
         // The newest audio is "now" (its arrival on the clock, or its stream time without a clock).
         let now = latestClock ?? generator.duration
         let predicted = alignment + best.timeScale * generator.duration

@@ -147,6 +147,30 @@ struct SpeedChangeTests {
         #expect(abs(best.matchOffset - offset) <= 0.1, "offset \(best.matchOffset), expected \(offset)")
     }
 
+    /// The grid and the hit-line slope can settle a step or two off; the re-measurement by peak evidence
+    /// has to bring a factor 1.2 points off back to within half a point, for speed and for tempo.
+    @Test("re-measuring a skew by peak evidence corrects a factor the grid got wrong",
+          arguments: [("speed", 1.037, -0.012), ("speed", 1.037, 0.012), ("tempo", 0.95, 0.012)])
+    func skewRemeasured(kind: String, rate: Double, error: Double) async throws {
+        let f = try await MatchingFixture.shared.value()
+        let dir = try TemporaryDirectory("skew-refine")
+        let cut = dir.file("cut.wav"), out = dir.file("skewed.wav")
+        try Fixtures.cut(try f.audio.reference("pingus-3"), start: 40, seconds: 10 * rate, to: cut)
+        let effect = kind == "speed" ? ["speed", String(rate), "rate", "44100"] : ["tempo", "-m", String(rate)]
+        try Run.sox([cut.path, out.path] + effect)
+        let signature = try SignatureGenerator.signature(of: Fixtures.decode(out))
+        let matcher = Matcher(catalog: try Catalog(path: f.path, readOnly: true))
+        let found = try #require(try matcher.match(signature).matches.first)
+        #expect(found.track.id == f.ids["pingus-3"])
+        var wrong = found
+        wrong.timeScale = rate + error
+        wrong.frequencySkew = kind == "speed" ? rate + error - 1 : 0
+        let grid: Skew = kind == "speed" ? .speed(rate + error) : .tempo(rate + error)
+        let fixed = try matcher.refined(wrong, kind: grid, signature)
+        #expect(abs(fixed.timeScale - rate) <= 0.005, "timeScale \(fixed.timeScale), expected \(rate)")
+        #expect(abs(fixed.frequencySkew - (kind == "speed" ? rate - 1 : 0)) <= 0.005)
+    }
+
     @Test("a clip at its own speed reports a skew of about 0")
     func ownSpeed() async throws {
         let f = try await MatchingFixture.shared.value()

@@ -232,7 +232,9 @@ struct StreamingSessionTests {
         for await e in session.events { events.append(e) }
         let m = try #require(events.compactMap(\.streamMatch).first, "\(events)")
         #expect(m.match.track.id == f.ids["pingus-6"])
-        #expect(abs(m.match.matchOffset - (15 + m.streamTime)) < 0.1)
+        // The module repeats itself exactly: the truth is the reported offset or one of the alternatives.
+        let fits = [m.match.matchOffset] + m.match.alternativeOffsets
+        #expect(fits.contains { abs($0 - (15 + m.streamTime)) < 0.1 }, "\(fits), expected \(15 + m.streamTime)")
     }
 
     @Test("when matching falls behind, the oldest audio is dropped and reported")
