@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Live-matching benchmark (issue "Live matching"): time from a catalog track's start to its first
 # correct match (clean and with 5 dB speech babble), false matches over every non-catalog track of the
-# corpus, processing cost, and memory over a 30-minute stream — all through the streaming session that
-# `earmark listen` runs (earmark-listen-bench) — then the CPU share of a real `earmark listen` recording
-# a private PulseAudio daemon's virtual microphone while music plays into it in real time.
+# corpus (all of it back to back, about 82 minutes), processing cost, and memory over a 30-minute
+# stream — all through the streaming session that `earmark listen` runs (earmark-listen-bench) — then
+# the CPU share of a real `earmark listen` recording a private PulseAudio daemon's virtual microphone
+# while music plays into it in real time.
 #
 #   tools/listen-bench.sh                  # 40 tracks, 30-min memory stream, 120 s of real-time listening
-#   TRACKS=20 MINUTES=10 REALTIME=60 tools/listen-bench.sh
+#   TRACKS=20 MINUTES=10 REALTIME=60 NEGATIVE_MINUTES=15 tools/listen-bench.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=${EARMARK_CORPUS:-$HOME/.cache/earmark-corpus}
@@ -14,6 +15,7 @@ SHARED=${EARMARK_SHARED:-../shared}
 TRACKS=${TRACKS:-40}
 MINUTES=${MINUTES:-30}
 REALTIME=${REALTIME:-120}
+NEGATIVE_MINUTES=${NEGATIVE_MINUTES:-1000}
 CATALOG=${CATALOG:-/tmp/earmark-bench.earcat}
 
 bash tools/setup.sh </dev/null
@@ -34,7 +36,7 @@ swift build -c release --scratch-path .build/tools --product earmark-listen-benc
 swift build -c release --scratch-path .build/tools --product earmark 2>&1 | grep -Ev '^\[[0-9]+/[0-9]+\]' || true
 bin="$(swift build -c release --scratch-path .build/tools --show-bin-path)"
 "$bin/earmark-listen-bench" --corpus "$ROOT/corpus/public" --negative "$ROOT/corpus/negative" \
-  --babble "$BABBLE_SET/babble.wav" --catalog "$CATALOG" --tracks "$TRACKS" --minutes "$MINUTES"
+  --babble "$BABBLE_SET/babble.wav" --catalog "$CATALOG" --tracks "$TRACKS" --minutes "$MINUTES" --negative-minutes "$NEGATIVE_MINUTES"
 
 # Real-time listening from a virtual microphone: half non-catalog, half catalog music.
 work=$(mktemp -d)
