@@ -117,6 +117,15 @@ for n in negatives where negativeSeconds < o.negativeMinutes * 60 {
     negativeAudio.append(Array(audio[..<keep]))
     negativeSeconds += Double(keep) / Double(sr)
 }
+// Lead-ins before catalog tracks and the memory stream's non-catalog part come from the first 15
+// minutes, whatever --negative-minutes says, so those figures do not move with it.
+var leadAudio: [[Float]] = []
+var leadSeconds = 0.0
+for audio in negativeAudio where leadSeconds < 15 * 60 {
+    let keep = min(audio.count, Int((15 * 60 - leadSeconds) * Double(sr)))
+    leadAudio.append(Array(audio[..<keep]))
+    leadSeconds += Double(keep) / Double(sr)
+}
 
 
 /// Feeds `samples` to a fresh StreamMatcher in 0.1-s buffers; returns the events and the processing time.
@@ -159,7 +168,7 @@ for condition in ["clean", "babble5"] {
             let gain = Float((power(track[...]) / max(1e-12, power(noise) * pow(10, 0.5))).squareRoot())
             for i in track.indices { track[i] += gain * noise[noise.startIndex + i] }
         }
-        let neg = negativeAudio[k % negativeAudio.count]
+        let neg = leadAudio[k % leadAudio.count]
         let n0 = Int(rng.next() % UInt64(max(1, neg.count - Int(o.lead) * sr)))
         let input = Array(neg[n0..<min(neg.count, n0 + Int(o.lead) * sr)]) + track
         let lead = Double(input.count - track.count) / Double(sr)
@@ -213,7 +222,7 @@ let drain = Task {
 var fed = 0.0
 var marks: [(minutes: Double, mb: Double)] = []
 var source = 0
-let pool = negativeAudio + (try picks.prefix(10).map { try AudioFileReader.readAll(path: $0.path) })
+let pool = leadAudio + (try picks.prefix(10).map { try AudioFileReader.readAll(path: $0.path) })
 let t0 = clock.now
 while fed < o.minutes * 60 {
     let audio = pool[source % pool.count]
