@@ -5,7 +5,7 @@ import Foundation
 /// Beats, bars and tempo of a piece (Music Understanding's rhythm dimension).
 public struct RhythmResult: Codable, Sendable, Equatable {
     public static let kind = "rhythm"
-    public static let version = 1
+    public static let version = 2
 
     /// Beat times in seconds.
     public var beats: [Double]
@@ -34,22 +34,34 @@ public struct PaceResult: Codable, Sendable, Equatable {
     public var duration: Double
 }
 
-/// Tracks beats: a spectral-flux onset envelope (log-compressed band energies, 86 frames a second),
-/// the tempo from its autocorrelation weighted towards 120 BPM, beats by dynamic programming that
-/// rewards onsets and punishes intervals off the tempo, and bars by the beat phase whose beats carry
-/// the most low-frequency onset energy. Feed audio with ``append(_:)``, then call ``result()``.
+/// Tracks beats: a spectral-flux onset envelope (40 log-spaced bands, 86 frames a second), the tempo
+/// from a comb filter over its autocorrelation (four multiples of each period) weighted towards
+/// 130 BPM, beats by dynamic programming that rewards onsets and harmonic changes and punishes
+/// intervals off the tempo, and bars by the beat phase with the most harmonic change (chroma before and after the beat) and
+/// low-frequency onset energy. Feed audio with ``append(_:)``, then call ``result()``.
 public final class BeatTracker {
     static let sampleRate = 11_025.0
     static let fftSize = 1024
     static let hop = 128
     static let bandCount = 24
+    static let fineBandCount = 40
+    /// Chroma is taken from bins of about 65 Hz to 2 kHz.
+    static let chromaBins = 6...190
 
     private let spectrum: FramedSpectrum
     private var previousBands: [Float]?
+    /// Pace's envelope (24 bands) and the low bands' part of it.
     private var flux: [Float] = []
     private var lowFlux: [Float] = []
     /// Band edges in FFT bins, log-spaced from 30 Hz to 5 kHz.
     private let edges: [Int]
+    /// The beat tracker's envelope: flux of 40 bands log-spaced from 30 Hz to 5.5 kHz, log(1 + 100 E).
+    private var novelty: [Float] = []
+    private var previousFine: [Float]?
+    private let fineEdges: [Int]
+    /// Twelve pitch-class magnitudes a frame, frame after frame.
+    private var chroma: [Float] = []
+    private let pitchClass: [Int]
 
     public init(inputRate: Double = AudioConstants.sampleRate) throws {
         spectrum = try FramedSpectrum(inputRate: inputRate, sampleRate: BeatTracker.sampleRate, fftSize: BeatTracker.fftSize,
@@ -62,6 +74,17 @@ public final class BeatTracker {
         }
         for i in 1..<e.count where e[i] <= e[i - 1] { e[i] = e[i - 1] + 1 }
         edges = e
+        var fe: [Int] = []
+        for i in 0...BeatTracker.fineBandCount {
+            let f = 30 * pow(5500.0 / 30, Double(i) / Double(BeatTracker.fineBandCount))
+            fe.append(max(1, Int((f / binHz).rounded())))
+        }
+        for i in 1..<fe.count where fe[i] <= fe[i - 1] { fe[i] = fe[i - 1] + 1 }
+        fineEdges = fe
+        pitchClass = BeatTracker.chromaBins.map { k in
+            let midi = 69 + 12 * log2(Double(k) * binHz / 440)
+            return ((Int(midi.rounded()) % 12) + 12) % 12
+        }
     }
 
     public func append(_ samples: [Float]) { spectrum.append(samples) { addFrame($0) } }
@@ -88,6 +111,21 @@ public final class BeatTracker {
             lowFlux.append(0)
         }
         previousBands = bands
+        var fine = [Float](repeating: 0, count: BeatTracker.fineBandCount)
+        for b in 0..<BeatTracker.fineBandCount {
+            var s: Float = 0
+            for k in fineEdges[b]..<min(fineEdges[b + 1], n / 2) { s += power[k] }
+            fine[b] = logf(1 + 100 * s)
+        }
+        var total: Float = 0
+        if let prev = previousFine {
+            for b in 0..<BeatTracker.fineBandCount { total += max(0, fine[b] - prev[b]) }
+        }
+        novelty.append(total)
+        previousFine = fine
+        var c = [Float](repeating: 0, count: 12)
+        for (i, k) in BeatTracker.chromaBins.enumerated() { c[pitchClass[i]] += power[k].squareRoot() }
+        chroma += c
     }
 
     /// The time of an onset whose flux peaks at `frame`: the flux of a frame rises most when a sound
@@ -117,40 +155,75 @@ public final class BeatTracker {
         return out
     }
 
-    /// The beat period in frames: autocorrelation of the envelope over 40–240 BPM, weighted by a
-    /// log-normal prior around 120 BPM (one octave wide), with its double and triple periods added in.
+    /// The beat period in frames: a comb filter over the envelope's autocorrelation (the sum over
+    /// the first four multiples of a period, each the best of its lag ± half a frame times √k), for
+    /// 40–250 BPM on a grid of 1/120 octave, weighted by a log-normal prior around 130 BPM one octave
+    /// wide (chosen on the even-numbered pieces of tools/music-data.sh's set).
     static func period(_ onset: [Double]) -> Double? {
         let fr = frameRate
-        let minLag = Int(fr * 60 / 240), maxLag = Int(fr * 60 / 40)
+        let maxLag = Int(fr * 60 / 40)
         guard onset.count > 3 * maxLag / 2 else { return nil }
-        func ac(_ lag: Int) -> Double {
-            guard lag < onset.count else { return 0 }
-            var s = 0.0
-            for i in lag..<onset.count { s += onset[i] * onset[i - lag] }
-            return s / Double(onset.count - lag)
+        let mean = onset.reduce(0, +) / Double(onset.count)
+        let x = onset.map { $0 - mean }
+        let lagCount = min(onset.count, 4 * maxLag + 8)
+        var r = [Double](repeating: 0, count: lagCount)
+        x.withUnsafeBufferPointer { p in
+            for lag in 0..<lagCount {
+                var s = 0.0
+                for i in lag..<p.count { s += p[i] * p[i - lag] }
+                r[lag] = s / Double(p.count - lag)
+            }
         }
-        let raw = (0...(3 * maxLag)).map { $0 < minLag / 2 ? 0 : ac($0) }
-        var best = -1.0, bestLag = 0
-        for lag in minLag...maxLag {
-            let bpm = 60 * fr / Double(lag)
-            let prior = exp(-0.5 * pow(log2(bpm / 120) / 1.0, 2))
-            let score = (raw[lag] + 0.5 * raw[min(raw.count - 1, 2 * lag)] + 0.33 * raw[min(raw.count - 1, 3 * lag)]) * prior
-            if score > best { (best, bestLag) = (score, lag) }
+        guard r[0] > 0 else { return nil }
+        func at(_ lag: Double) -> Double {
+            let i = Int(lag)
+            guard i >= 0, i + 1 < r.count else { return 0 }
+            let f = lag - Double(i)
+            return r[i] * (1 - f) + r[i + 1] * f
+        }
+        var best = -Double.infinity, bestBPM = 0.0
+        var i = 0
+        while true {
+            let bpm = 30 * pow(2, Double(i) / 120)
+            i += 1
+            if bpm < 40 { continue }
+            if bpm > 250 { break }
+            let lag = 60 * fr / bpm
+            var comb = 0.0
+            for k in 1...4 {
+                let l = Double(k) * lag, d = 0.5 * Double(k).squareRoot()
+                comb += max(at(l), at(max(1, l - d)), at(l + d))
+            }
+            let score = comb * exp(-0.5 * pow(log2(bpm / 130), 2))
+            if score > best { (best, bestBPM) = (score, bpm) }
         }
         guard best > 0 else { return nil }
-        // Octave check: when the envelope repeats about as strongly at half the period, and that tempo
-        // is still plausible, the pulse is the faster one (a slow prior must not halve a brisk waltz).
-        let half = Int((Double(bestLag) / 2).rounded())
-        if half >= minLag, 60 * fr / Double(half) <= 180, raw[half] >= 0.7 * raw[bestLag] { bestLag = half }
-        // Refine to a fraction of a frame with a parabola through the neighbours.
-        let a = raw[bestLag - 1], b = raw[bestLag], c = raw[bestLag + 1]
-        let d = a - 2 * b + c
-        return Double(bestLag) + (d < 0 ? 0.5 * (a - c) / d : 0)
+        return 60 * fr / bestBPM
     }
 
-    /// Beats by dynamic programming: each frame's score is its onset strength plus the best earlier
-    /// beat's score less a penalty growing with the squared log ratio of the interval to the period.
-    static func beats(_ onset: [Double], period: Double, tightness: Double = 300) -> [Int] {
+    /// Per frame, the cosine distance between the chroma summed over the `span` frames before it and
+    /// over the `span` frames from it on: high where the harmony changes.
+    static func harmonicChange(_ chroma: [Float], span: Int) -> [Float] {
+        let n = chroma.count / 12
+        var prefix = [Double](repeating: 0, count: 12 * (n + 1))
+        for f in 0..<n { for p in 0..<12 { prefix[12 * (f + 1) + p] = prefix[12 * f + p] + Double(chroma[12 * f + p]) } }
+        return (0..<n).map { t -> Float in
+            let a0 = max(0, t - span), b1 = min(n, t + span)
+            var dot = 0.0, na = 0.0, nb = 0.0
+            for p in 0..<12 {
+                let a = prefix[12 * t + p] - prefix[12 * a0 + p], b = prefix[12 * b1 + p] - prefix[12 * t + p]
+                dot += a * b
+                na += a * a
+                nb += b * b
+            }
+            return Float(1 - dot / ((na * nb).squareRoot() + 1e-9))
+        }
+    }
+
+    /// Beats by dynamic programming (Ellis 2007): each frame's score is its strength in `onset` plus the
+    /// best earlier beat's score less `tightness` times the squared log ratio of the interval to the
+    /// period (2 000: the period barely bends; chosen on the even-numbered pieces of tools/music-data.sh's set).
+    static func beats(_ onset: [Double], period: Double, tightness: Double = 2_000) -> [Int] {
         let n = onset.count
         guard n > 0, period >= 2 else { return [] }
         var score = onset, back = [Int](repeating: -1, count: n)
@@ -177,38 +250,78 @@ public final class BeatTracker {
         return out.reversed()
     }
 
-    /// Everything appended: beats, bars and BPM (nil when the audio has no steady pulse).
-    public func result() -> RhythmResult? {
-        spectrum.finish { addFrame($0) }
-        let duration = spectrum.duration
-        let onset = BeatTracker.normalized(flux)
-        guard onset.contains(where: { $0 > 0 }), let period = BeatTracker.period(onset) else { return nil }
-        let frames = BeatTracker.beats(onset, period: period)
-        let times = frames.map { BeatTracker.time(ofFrame: $0) }
-        guard times.count >= 2 else { return nil }
-        // Bars: for 3 and 4 beats a bar, the phase whose beats carry the most low-band onset energy;
-        // the meter with the clearer contrast between its best phase and the rest wins.
-        let low = BeatTracker.normalized(lowFlux)
-        func strength(_ f: Int) -> Double {
-            var s = 0.0
-            for d in -2...2 where f + d >= 0 && f + d < low.count { s = max(s, low[f + d] + 0.5 * onset[f + d]) }
-            return s
+    /// Beats per bar (4, or 3 when clearly better) and the index of the first downbeat among `frames`:
+    /// each beat scores harmonic change (the cosine distance between the chroma of the one and of the two
+    /// beats before it and after it) plus its low-band onset strength, the three equally weighted after each
+    /// is standardised over the beats (chosen on the even-numbered pieces of tools/music-data.sh's set); the
+    /// phase of the meter whose beats score most above the others' mean wins.
+    static func bars(frames: [Int], low: [Double], chroma: [Float]) -> (meter: Int, phase: Int) {
+        let count = frames.count, frameCount = chroma.count / 12
+        guard count >= 2 else { return (4, 0) }
+        // The unit chroma vector of each beat's span, up to the next beat (the last one as long as the one before).
+        var spans: [[Double]] = []
+        for i in 0..<count {
+            let start = min(frames[i], frameCount)
+            let end = min(frameCount, max(start + 1, i + 1 < count ? frames[i + 1] : frames[i] + frames[i] - frames[i - 1]))
+            var v = [Double](repeating: 0, count: 12)
+            for f in start..<end { for p in 0..<12 { v[p] += Double(chroma[12 * f + p]) } }
+            let norm = v.reduce(0) { $0 + $1 * $1 }.squareRoot()
+            spans.append(norm > 0 ? v.map { $0 / norm } : v)
         }
+        func standardised(_ x: [Double]) -> [Double] {
+            let mean = x.reduce(0, +) / Double(x.count)
+            let sd = (x.reduce(0) { $0 + ($1 - mean) * ($1 - mean) } / Double(x.count)).squareRoot()
+            return x.map { ($0 - mean) / (sd + 1e-9) }
+        }
+        func change(_ w: Int) -> [Double] {
+            standardised((0..<count).map { i -> Double in
+                guard i >= w, i + w <= count else { return 0 }
+                var a = [Double](repeating: 0, count: 12), b = a
+                for j in (i - w)..<i { for p in 0..<12 { a[p] += spans[j][p] } }
+                for j in i..<(i + w) { for p in 0..<12 { b[p] += spans[j][p] } }
+                let dot = zip(a, b).reduce(0) { $0 + $1.0 * $1.1 }
+                let na = a.reduce(0) { $0 + $1 * $1 }.squareRoot(), nb = b.reduce(0) { $0 + $1 * $1 }.squareRoot()
+                return 1 - dot / (na * nb + 1e-9)
+            })
+        }
+        let lowStrength = standardised(frames.map { f -> Double in
+            var s = 0.0
+            for d in -3...3 where f + d >= 0 && f + d < low.count { s = max(s, low[f + d]) }
+            return s
+        })
+        let one = change(1), two = change(2)
+        let score = (0..<count).map { lowStrength[$0] + one[$0] + two[$0] }
         var bestMeter = 4, bestPhase = 0, bestContrast = -Double.infinity
         for meter in [4, 3] {
             var sums = [Double](repeating: 0, count: meter), counts = [Double](repeating: 0, count: meter)
-            for (i, f) in frames.enumerated() {
-                sums[i % meter] += strength(f)
+            for (i, s) in score.enumerated() {
+                sums[i % meter] += s
                 counts[i % meter] += 1
             }
             let means = (0..<meter).map { counts[$0] > 0 ? sums[$0] / counts[$0] : 0 }
             let phase = means.indices.max { means[$0] < means[$1] }!
             let others = means.enumerated().filter { $0.offset != phase }.map(\.element)
-            let contrast = means[phase] - others.reduce(0, +) / Double(max(1, others.count))
             // Four beats a bar unless three is clearly better.
-            if contrast > bestContrast * (meter == 3 ? 1.3 : 1) { (bestMeter, bestPhase, bestContrast) = (meter, phase, contrast) }
+            let contrast = (means[phase] - others.reduce(0, +) / Double(max(1, others.count))) / (meter == 3 ? 1.3 : 1)
+            if contrast > bestContrast { (bestMeter, bestPhase, bestContrast) = (meter, phase, contrast) }
         }
-        let bars = times.enumerated().filter { $0.offset % bestMeter == bestPhase }.map(\.element)
+        return (bestMeter, bestPhase)
+    }
+
+    /// Everything appended: beats, bars and BPM (nil when the audio has no steady pulse).
+    public func result() -> RhythmResult? {
+        spectrum.finish { addFrame($0) }
+        let duration = spectrum.duration
+        let onset = BeatTracker.normalized(novelty)
+        guard onset.contains(where: { $0 > 0 }), let period = BeatTracker.period(onset) else { return nil }
+        // Beats follow the onsets and, at 1.5 times their weight, the harmonic changes: chords change on
+        // the beat far more often than off it, which keeps the tracker off syncopated off-beats.
+        let harmonic = BeatTracker.normalized(BeatTracker.harmonicChange(chroma, span: 30))
+        let frames = BeatTracker.beats(zip(onset, harmonic).map { $0 + 1.5 * $1 }, period: period)
+        let times = frames.map { BeatTracker.time(ofFrame: $0) }
+        guard times.count >= 2 else { return nil }
+        let (meter, phase) = BeatTracker.bars(frames: frames, low: BeatTracker.normalized(lowFlux), chroma: chroma)
+        let bars = times.enumerated().filter { $0.offset % meter == phase }.map(\.element)
         // The tempo from the least-squares slope of beat time over beat number: finer than one frame.
         let n = Double(times.count), meanI = (n - 1) / 2, meanT = times.reduce(0, +) / n
         var sxy = 0.0, sxx = 0.0
@@ -217,7 +330,7 @@ public final class BeatTracker {
             sxx += (Double(i) - meanI) * (Double(i) - meanI)
         }
         let slope = sxx > 0 ? sxy / sxx : 0
-        return RhythmResult(beats: times, bars: bars, beatsPerBar: bestMeter, bpm: slope > 0 ? 60 / slope : nil, duration: duration)
+        return RhythmResult(beats: times, bars: bars, beatsPerBar: meter, bpm: slope > 0 ? 60 / slope : nil, duration: duration)
     }
 
     /// Onset events per minute (see ``PaceResult``), from everything appended so far; call after ``result()``

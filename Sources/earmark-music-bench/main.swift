@@ -91,8 +91,10 @@ if let beatManifest = try? String(contentsOfFile: beatManifestPath, encoding: .u
     let head = rows[0].split(separator: "\t").map(String.init)
     let pc = head.firstIndex(of: "path")!, bc = head.firstIndex(of: "beats_path")!, tc = head.firstIndex(of: "bpm")!
     var fSum = 0.0, dSum = 0.0, acc1 = 0, acc2 = 0, pieces = 0
+    // Per half (even- and odd-numbered rows of the manifest): F, downbeat F, Acc1, Acc2, pieces.
+    var halves = [[Double]](repeating: [0, 0, 0, 0, 0], count: 2)
     var seconds = 0.0, cpuUsed = 0.0
-    for row in rows.dropFirst().prefix(limit) {
+    for (index, row) in rows.dropFirst().prefix(limit).enumerated() {
         let f = row.split(separator: "\t", omittingEmptySubsequences: false).map(String.init)
         guard let truthBPM = Double(f[tc]), let text = try? String(contentsOfFile: f[bc], encoding: .utf8) else { continue }
         var beats: [Double] = [], downbeats: [Double] = []
@@ -112,15 +114,26 @@ if let beatManifest = try? String(contentsOfFile: beatManifestPath, encoding: .u
         pieces += 1
         let fm = BeatTracker.fMeasure(estimated: r?.beats ?? [], reference: beats)
         fSum += fm
-        dSum += BeatTracker.fMeasure(estimated: r?.bars ?? [], reference: downbeats)
+        let dm = BeatTracker.fMeasure(estimated: r?.bars ?? [], reference: downbeats)
+        dSum += dm
+        var one = 0.0, two = 0.0
         if let bpm = r?.bpm {
-            if abs(bpm - truthBPM) <= 0.04 * truthBPM { acc1 += 1; acc2 += 1 } else if [2.0, 0.5, 3.0, 1.0 / 3].contains(where: { abs(bpm - truthBPM * $0) <= 0.04 * truthBPM * $0 }) { acc2 += 1 }
+            if abs(bpm - truthBPM) <= 0.04 * truthBPM { one = 1; two = 1 } else if [2.0, 0.5, 3.0, 1.0 / 3].contains(where: { abs(bpm - truthBPM * $0) <= 0.04 * truthBPM * $0 }) { two = 1 }
         }
-        if verbose { print(String(format: "  %@: F %.2f, bpm %.1f (truth %.1f)", (f[pc] as NSString).lastPathComponent, fm, r?.bpm ?? 0, truthBPM)) }
+        acc1 += Int(one)
+        acc2 += Int(two)
+        for (k, v) in [fm, dm, one, two, 1].enumerated() { halves[index % 2][k] += v }
+        if verbose {
+            print(String(format: "  %@: F %.2f, downbeat F %.2f, bpm %.1f (truth %.1f), %d a bar", (f[pc] as NSString).lastPathComponent, fm, dm,
+                         r?.bpm ?? 0, truthBPM, r?.beatsPerBar ?? 0))
+        }
     }
     let p = Double(max(1, pieces))
     print(String(format: "beats on %d pieces: F-measure (±70 ms) %.3f; downbeat F %.3f; tempo Acc1 %.3f, Acc2 %.3f", pieces, fSum / p, dSum / p,
                  Double(acc1) / p, Double(acc2) / p))
+    for (name, h) in zip(["even", "odd"], halves) where h[4] > 0 {
+        print(String(format: "  %@ half (%.0f pieces): F %.3f; downbeat F %.3f; Acc1 %.3f, Acc2 %.3f", name, h[4], h[0] / h[4], h[1] / h[4], h[2] / h[4], h[3] / h[4]))
+    }
     print(String(format: "speed: beat tracking %.0f × real-time on one core (decoding included)", seconds / max(cpuUsed, 1e-9)))
 }
 

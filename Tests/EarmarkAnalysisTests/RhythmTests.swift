@@ -62,6 +62,39 @@ struct RhythmTests {
         #expect(BeatTracker.fMeasure(estimated: r.bars, reference: downbeats) >= 0.8)
     }
 
+    @Test("bars follow the chord changes when every beat's click is equally loud (harmonic change)")
+    func chordBars() throws {
+        // Equal clicks at 110 BPM over a chord held for each bar of four (C, F, G, A minor, …); the music
+        // starts on the second beat of the click track, so the first click is not a downbeat.
+        let rate = 44_100.0, bpm = 110.0, seconds = 32.0
+        var out = Signal.whiteNoise(count: Int(seconds * rate), rms: 0.003, seed: 5)
+        let chords: [[Double]] = [[261.6, 329.6, 392.0], [349.2, 440.0, 523.3], [392.0, 493.9, 587.3], [440.0, 523.3, 659.3]]
+        var beats: [Double] = []
+        var t = 0.5, i = 0
+        while t < seconds - 0.3 {
+            beats.append(t)
+            let at = Int(t * rate)
+            for n in 0..<Int(0.2 * rate) where at + n < out.count {
+                let x = Double(n) / rate
+                out[at + n] += Float(0.25 * sin(2 * Double.pi * 2_000 * x) * exp(-x * 60))
+            }
+            if i >= 1, (i - 1) % 4 == 0 {
+                let chord = chords[((i - 1) / 4) % chords.count]
+                for n in 0..<Int(4 * 60 / bpm * rate) where at + n < out.count {
+                    let x = Double(n) / rate
+                    out[at + n] += Float(chord.reduce(0) { $0 + 0.08 * sin(2 * Double.pi * $1 * x) })
+                }
+            }
+            t += 60 / bpm
+            i += 1
+        }
+        let r = try #require(try rhythm(out))
+        #expect(abs((r.bpm ?? 0) - bpm) < 1, "\(String(describing: r.bpm))")
+        #expect(r.beatsPerBar == 4)
+        let downbeats = stride(from: 1, to: beats.count, by: 4).map { beats[$0] }
+        #expect(BeatTracker.fMeasure(estimated: r.bars, reference: downbeats) >= 0.8, "bars \(r.bars.prefix(4)) vs \(downbeats.prefix(4))")
+    }
+
     @Test("pace counts onsets per minute, steadily: a click a beat at 120 BPM is about 120 events a minute")
     func pace() throws {
         let (audio, _) = pattern(bpm: 120, beatsPerBar: 4, seconds: 40)
