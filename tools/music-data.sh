@@ -45,13 +45,34 @@
 #          analysts) are compared with the truth in key/crosscheck.tsv (editions may be transposed).
 #
 #   beats  MIDI files shipped in Debian packages (BEAT_PACKAGES below; downloaded with apt-get download,
-#          never installed), each played with its own General MIDI programs. Truth from the tempo map
-#          and the time signatures of the file (parsed with PyPI mido, pinned below): bars start at
-#          tick 0 and at every time-signature change (MIDI's 4/4 when the file has none); a beat is
-#          every denominator note (quarter in 4/4, 3/4, 5/4, 6/4, 2/4; eighth in 2/8, 3/8, 4/8), except
-#          in compound meters (numerator a multiple of 3 above 3 and denominator 8 or more: 6/8, 9/8,
-#          12/8, 6/16), where it is the dotted note of three denominator notes. Beats before the first
-#          note onset (lead-in) and after the last note ends are dropped; position 1 is a downbeat.
+#          never installed), each played with its own General MIDI programs. Truth from the tempo map,
+#          the time signatures and the notes of the file (parsed with PyPI mido, pinned below), never
+#          from a beat tracker: the file's grid has bars at tick 0 and at every time-signature change
+#          (MIDI's 4/4 when the file has none); a beat is every denominator note (quarter in 4/4, 3/4,
+#          5/4, 6/4, 2/4; eighth in 2/8, 3/8, 4/8), except in compound meters (numerator a multiple of 3
+#          above 3 and denominator 8 or more: 6/8, 9/8, 12/8, 6/16), where it is the dotted note of
+#          three denominator notes.
+#          Bar phase: the bar lines are moved by a whole number of beats when the parts agree that
+#          the music's bars start elsewhere. Sequencers do not always put the music on the file's
+#          grid: the example songs of MMA (package mma) start one beat in, so their parts enter on
+#          beat 2 of the file's 4/4 bar (later parts: beat 2 of a later bar); some Band-in-a-Box
+#          files of simutrans-data enter on beat 3. Every part (a track's notes on one MIDI channel)
+#          votes with its entry, its first note-on, for the beat of the file's bar it lies on
+#          (within 1/8 beat; an entry between beats, such as an eighth-note pickup, does not vote).
+#          The beat with at least 2/3 of the votes, and at least 2 votes, is the music's downbeat:
+#          bar_phase = its distance in beats from the file's downbeat (0 to beats per bar - 1);
+#          without such a majority the file's grid stands (bar_phase 0). The entries of a piece
+#          arrange its parts, so they mark bars better than any single note: a melody's pickup is
+#          one vote against the accompaniment's downbeat entries. The same phase holds in every
+#          time-signature section (MMA writes its song's own time signature one beat in, so those
+#          sections start on the music's downbeat and vote phase 0). With the packages below it
+#          moves 37 of the 146 files: 27 of mma (phase 1), 9 of simutrans-data (01, 02, 04, 06, 08:
+#          phase 1; 22, 24, 35, 36: phase 2) and openttd-openmsx's train_filled_with_cash (phase 1).
+#          Known misses: files whose parts do not agree keep the file's grid (mma's chords: one
+#          part; midinote and volumes: parts split), and a bar of another length that the file does
+#          not mark (MMA's Truncate) moves the bars after it.
+#          Beats before the first note onset (lead-in) and after the last note ends are dropped;
+#          position 1 is a downbeat.
 #          A file is skipped when it is unreadable, has fewer than 64 notes, lasts (to its last note)
 #          under 20 s or over 6 min, repeats another file note for note (or has the name of an earlier
 #          file of its package: a variant), has an irregular meter (5/8, 7/8, 7/16, 8/8, ...: uneven
@@ -86,24 +107,32 @@
 #   DIR/beats/manifest.tsv   path, beats_path, bpm, meter (e.g. 4/4; "3/4,4/4" when it changes),
 #                            package, source (path in the package), duration_s, qpm, bpm_min, bpm_max,
 #                            tempo_changes, meter_source (file|default), first_beat_s, beats, downbeats,
-#                            grid_fit
+#                            grid_fit, bar_phase (beats the bar lines are moved from the file's grid)
 #   DIR/beats/skipped.tsv    MIDI files of the packages not used, and why
 #   DIR/SOURCES.tsv          every source: package, version, origin, used_for, files, licences, copyright
 #   DIR/README.txt           this description with the counts of the build
 #   DIR/venv/                Python venv with the pinned music21, mido and their dependencies
-#   DIR/READY                written last (line 1: set version, line 2: build time, then counts)
+#   DIR/READY                written last (line 1: set version, line 2: build time, then counts; last:
+#                            "beats truth: N", the BEATS_TRUTH version of the beat truth, none for 1)
 #
 # Deterministic: sorted inputs, pinned Python packages (installed from wheels, no dependency
 # resolution), fixed Debian packages (versions in SOURCES.tsv), FluidSynth and sox -R are repeatable.
-# Idempotent: with a READY of this set version it only prints DIR. Safe to run concurrently (flock on
-# DIR/.lock). Downloads about 45 MB of Debian packages and 62 MB of wheels; installs fluidsynth and
-# fluid-soundfont-gm (150 MB) with apt-get when missing (root only). The set is about 3.3 GB (WAV),
-# the venv 330 MB. Takes about 15 minutes on 2 cores (most of it FluidSynth). Needs apt-get,
-# dpkg-deb, python3 >= 3.11 with venv (or $EARMARK_PYTHON), sox, flock and PyPI.
+# Idempotent: with a READY of this set version it only prints DIR; when only its beat truth is older
+# than BEATS_TRUTH, it re-derives the *.beats files, the manifest columns from them and README.txt from
+# DIR/beats/midi in about a minute (the audio is kept; it checks that every beat time and every other
+# column stays as it was). Safe to run concurrently (flock on DIR/.lock). Downloads about 45 MB of
+# Debian packages and 62 MB of wheels; installs fluidsynth and fluid-soundfont-gm (150 MB) with
+# apt-get when missing (root only). The set is about 3.3 GB (WAV), the venv 330 MB. Takes about
+# 15 minutes on 2 cores (most of it FluidSynth). Needs apt-get, dpkg-deb, python3 >= 3.11 with venv
+# (or $EARMARK_PYTHON), sox, flock and PyPI.
 # Prints DIR on standard output; progress and errors go to standard error.
 set -euo pipefail
 
 SET_VERSION="earmark-music-data 1"
+# Version of the beat truth (the *.beats files and the manifest columns from them), recorded in READY.
+# A ready set with an older one gets its truth re-derived from its MIDI copies; the audio is kept.
+# 1: bars from the file's grid; 2: moved by the bar phase.
+BEATS_TRUTH=2
 PROG=music-data.sh
 
 # Exact versions of everything in the venv (pip install --no-deps), so every machine builds the same.
@@ -161,6 +190,8 @@ die() { echo "$PROG: error: $*" >&2; exit 1; }
 . "$(dirname "${BASH_SOURCE[0]}")/rendered-set.sh"
 
 ready() { [ -f "$DIR/READY" ] && [ "$(sed -n 1p "$DIR/READY")" = "$SET_VERSION" ]; }
+# The set's beat truth is of version BEATS_TRUTH (a READY without the line is of version 1).
+truth_current() { [ "$(sed -n 's/^beats truth: \([0-9]*\).*/\1/p' "$DIR/READY")" = "$BEATS_TRUTH" ]; }
 
 # verify_set DIR: manifests, WAV files (44.1 kHz mono 16-bit, duration as listed) and beat files agree;
 # prints the counts to standard error. Standard library only.
@@ -225,12 +256,13 @@ PY
 
 if [ "$mode" = verify ]; then
   ready || die "no ready set of version '$SET_VERSION' in $DIR (run tools/$PROG first)"
+  truth_current || die "the beat truth in $DIR predates version $BEATS_TRUTH (run tools/$PROG to update it)"
   verify_set "$DIR" || exit 1
   echo "$DIR"
   exit 0
 fi
 
-if ready; then
+if ready && truth_current; then
   echo "$DIR"
   exit 0
 fi
@@ -243,10 +275,13 @@ mkdir -p "$DIR"
 # Several processes may ask at once: one builds, the others wait for it.
 exec 9>"$DIR/.lock"
 flock -w 3600 9 || die "timed out waiting for $DIR/.lock"
-if ready; then
+if ready && truth_current; then
   echo "$DIR"
   exit 0
 fi
+# A ready set whose beat truth is older: only the truth is re-derived (update_truth in build.py).
+truth_only=0
+ready && truth_only=1
 
 started=$(date +%s)
 work=$(mktemp -d "$DIR/.work.XXXXXX")
@@ -256,25 +291,27 @@ export TMPDIR=$work/tmp   # music21 and sox scratch files go away with the work 
 mkdir -p "$TMPDIR"
 
 PY_IMPORTS="music21, mido"
-ensure_render_packages
+[ "$truth_only" = 1 ] || ensure_render_packages
 venv_ready || make_venv
 
-log "building the music-analysis set (version '$SET_VERSION') in $DIR"
-log "downloading ${BEAT_PACKAGES[*]}"
-download "${BEAT_PACKAGES[@]}"
-printf 'package\tversion\tdeb_bytes\n' >packages.tsv
-for pkg in "${BEAT_PACKAGES[@]}"; do
-  debs=("$work/${pkg}"_*.deb)
-  [ -f "${debs[0]}" ] || die "apt-get download left no .deb for $pkg"
-  mkdir -p "$work/root/$pkg"
-  dpkg-deb -x "${debs[0]}" "$work/root/$pkg" || die "cannot unpack ${debs[0]}"
-  printf '%s\t%s\n' "$(dpkg-deb -W --showformat='${Package}\t${Version}' "${debs[0]}")" "$(stat -c %s "${debs[0]}")" >>packages.tsv
-  rm -f "${debs[0]}"
-done
-for pkg in "${RENDER_PACKAGES[@]}"; do
-  printf '%s\t0\n' "$(dpkg-query -W -f='${Package}\t${Version}' "$pkg")" >>packages.tsv
-done
-log "downloaded $(awk -F'\t' 'NR > 1 { s += $3 } END { printf "%.1f", s / 1e6 }' packages.tsv) MB"
+if [ "$truth_only" = 0 ]; then
+  log "building the music-analysis set (version '$SET_VERSION') in $DIR"
+  log "downloading ${BEAT_PACKAGES[*]}"
+  download "${BEAT_PACKAGES[@]}"
+  printf 'package\tversion\tdeb_bytes\n' >packages.tsv
+  for pkg in "${BEAT_PACKAGES[@]}"; do
+    debs=("$work/${pkg}"_*.deb)
+    [ -f "${debs[0]}" ] || die "apt-get download left no .deb for $pkg"
+    mkdir -p "$work/root/$pkg"
+    dpkg-deb -x "${debs[0]}" "$work/root/$pkg" || die "cannot unpack ${debs[0]}"
+    printf '%s\t%s\n' "$(dpkg-deb -W --showformat='${Package}\t${Version}' "${debs[0]}")" "$(stat -c %s "${debs[0]}")" >>packages.tsv
+    rm -f "${debs[0]}"
+  done
+  for pkg in "${RENDER_PACKAGES[@]}"; do
+    printf '%s\t0\n' "$(dpkg-query -W -f='${Package}\t${Version}' "$pkg")" >>packages.tsv
+  done
+  log "downloaded $(awk -F'\t' 'NR > 1 { s += $3 } END { printf "%.1f", s / 1e6 }' packages.tsv) MB"
+fi
 
 cat >build.py <<'PY'
 # Builds DIR/key and DIR/beats (see the header of tools/music-data.sh). Runs in the venv.
@@ -298,6 +335,9 @@ VOICES = ("soprano", "alto", "tenor", "bass")
 MIN_S, MAX_S, MIN_NOTES, MAX_FILES = 20.0, 360.0, 64, 150
 GRID_48 = (0, 12, 16, 24, 32, 36, 48)   # sixteenths and eighth triplets, in 48ths of a quarter note
 MIN_FIT = 0.60
+# Bar phase (see the header): a part's entry votes when it lies within PHASE_TOL beat of a beat; a phase
+# wins with at least PHASE_SHARE of the votes and PHASE_MIN_VOTES of them.
+PHASE_TOL, PHASE_SHARE, PHASE_MIN_VOTES = 1 / 8, 2 / 3, 2
 MIDI_EXT = (".mid", ".midi", ".kar", ".mid.gz", ".midi.gz", ".kar.gz")
 
 
@@ -714,10 +754,18 @@ class TempoMap:
 
 
 def analyse_midi(data):
-    """Tempo map, time signatures and notes of a standard MIDI file (all tracks merged)."""
+    """Tempo map, time signatures and notes of a standard MIDI file (all tracks merged), and the entry
+    (first note-on tick) of every part: a track's notes on one channel."""
     import mido
     mf = load_midi(data)
     tpq = mf.ticks_per_beat
+    entries = {}
+    for k, track in enumerate(mf.tracks):
+        t = 0
+        for msg in track:
+            t += msg.time
+            if msg.type == "note_on" and msg.velocity > 0:
+                entries.setdefault((k, msg.channel), t)
     tempos, sigs, notes, t, last_off = [(0, 500000)], [], [], 0, 0
     for msg in mido.merge_tracks(mf.tracks):
         t += msg.time
@@ -738,28 +786,51 @@ def analyse_midi(data):
     if notes:
         last_off = max(last_off, notes[-1][0])
     return {"tpq": tpq, "tempos": tempos, "sigs": sigs, "notes": notes, "last_off": last_off,
-            "map": TempoMap(tpq, tempos)}
+            "entries": sorted(entries.values()), "map": TempoMap(tpq, tempos)}
 
 
-def beat_grid(a, until_tick):
-    """(tick, position in bar, meter) of every beat up to until_tick; bars restart at every time
-    signature; MIDI's default 4/4 before the first one."""
-    tpq = a["tpq"]
+def sections(a):
+    """(start tick, numerator, denominator, beats per bar, ticks per beat) of every time signature;
+    MIDI's default 4/4 before the first one."""
     sigs = list(a["sigs"]) or [(0, 4, 4)]
     if sigs[0][0] != 0:
         sigs.insert(0, (0, 4, 4))
     out = []
-    for i, (t0, num, den) in enumerate(sigs):
-        t1 = sigs[i + 1][0] if i + 1 < len(sigs) else until_tick + 1
+    for t0, num, den in sigs:
         compound = den >= 8 and num % 3 == 0 and num > 3
-        per_bar = num // 3 if compound else num
-        step = tpq * 4 / den * (3 if compound else 1)
+        out.append((t0, num, den, num // 3 if compound else num, a["tpq"] * 4 / den * (3 if compound else 1)))
+    return out
+
+
+def bar_phase(a):
+    """Whole beats from the file's bar lines to the music's: the beat in the bar (0 = the file's
+    downbeat) on which the parts enter, when they clearly agree; else 0 (see the header)."""
+    secs = sections(a)
+    votes = collections.Counter()
+    for tick in a["entries"]:
+        t0, _, _, per_bar, step = secs[bisect.bisect_right([s[0] for s in secs], tick) - 1]
+        b = (tick - t0) / step
+        if abs(b - round(b)) <= PHASE_TOL:
+            votes[round(b) % per_bar] += 1
+    if not votes:
+        return 0
+    phase, n = votes.most_common(1)[0]
+    return phase if n >= PHASE_MIN_VOTES and n >= PHASE_SHARE * sum(votes.values()) else 0
+
+
+def beat_grid(a, until_tick, phase=0):
+    """(tick, position in bar, meter) of every beat up to until_tick; bars restart at every time
+    signature, moved by phase beats (bar_phase)."""
+    secs = sections(a)
+    out = []
+    for i, (t0, num, den, per_bar, step) in enumerate(secs):
+        t1 = secs[i + 1][0] if i + 1 < len(secs) else until_tick + 1
         k = 0
         while True:
             tick = t0 + k * step
             if tick >= t1 or tick > until_tick:
                 break
-            out.append((tick, k % per_bar + 1, f"{num}/{den}"))
+            out.append((tick, (k - phase) % per_bar + 1, f"{num}/{den}"))
             k += 1
     return out
 
@@ -823,7 +894,8 @@ def examine(pkg, src):
         return None, f"notes off the grid: {100 * near:.0f} % on it"
     if best - near > 0.10:
         return None, f"grid offset from the music: {100 * near:.0f} % on it, {100 * best:.0f} % when moved"
-    grid = beat_grid(a, a["last_off"])
+    phase = bar_phase(a)
+    grid = beat_grid(a, a["last_off"], phase)
     beats = [g for g in grid if g[0] >= first]
     if len(beats) < 16:
         return None, f"only {len(beats)} beats"
@@ -833,7 +905,53 @@ def examine(pkg, src):
             return None, f"irregular meter {meter} (uneven beats)"
     fp = hashlib.sha1(repr(sorted((round(tm.sec(t), 2), n) for t, _, n in a["notes"])).encode()).hexdigest()
     return {"pkg": pkg, "src": src, "data": data, "a": a, "beats": beats, "first": first, "end_s": end_s,
-            "fit": near, "fingerprint": fp, "md5": hashlib.md5(data).hexdigest()}, None
+            "phase": phase, "fit": near, "fingerprint": fp, "md5": hashlib.md5(data).hexdigest()}, None
+
+
+BEAT_MANIFEST = ["path", "beats_path", "bpm", "meter", "package", "source", "duration_s", "qpm", "bpm_min",
+                 "bpm_max", "tempo_changes", "meter_source", "first_beat_s", "beats", "downbeats", "grid_fit",
+                 "bar_phase"]
+
+
+def timed_beats(a, grid):
+    """(time_s, position, meter) of grid beats."""
+    return [(a["map"].sec(t), pos, meter) for t, pos, meter in grid]
+
+
+def write_beats(path, beats):
+    with open(path, "w", encoding="utf-8") as f:
+        for t, pos, _ in beats:
+            f.write(f"{t:.4f}\t{pos}\n")
+
+
+def beat_columns(a, first, beats, phase):
+    """The manifest columns that come from the truth of one file."""
+    ibi = [b2[0] - b1[0] for b1, b2 in zip(beats, beats[1:])]
+    meters = list(dict.fromkeys(m for _, _, m in beats))
+    # Tempo map over the music: quarter notes per minute, weighted by time.
+    tm, t_first, t_end = a["map"], first, a["last_off"]
+    spans = []
+    tempos = a["tempos"]
+    for k, (t0, us) in enumerate(tempos):
+        t1 = tempos[k + 1][0] if k + 1 < len(tempos) else t_end
+        lo, hi = max(t0, t_first), min(t1, t_end)
+        if hi > lo:
+            spans.append((60e6 / us, tm.sec(hi) - tm.sec(lo)))
+    spans.sort()
+    half, acc, qpm = sum(w for _, w in spans) / 2, 0.0, spans[0][0] if spans else 120.0
+    for q, w in spans:
+        acc += w
+        if acc >= half:
+            qpm = q
+            break
+    return {
+        "bpm": fmt(60 / statistics.median(ibi), 2), "meter": ",".join(meters),
+        "qpm": fmt(qpm, 2), "bpm_min": fmt(60 / max(ibi), 2), "bpm_max": fmt(60 / min(ibi), 2),
+        "tempo_changes": len({q for q, _ in spans}) - 1 if spans else 0,
+        "meter_source": "file" if a["sigs"] else "default",
+        "first_beat_s": fmt(beats[0][0]), "beats": len(beats), "downbeats": sum(1 for b in beats if b[1] == 1),
+        "bar_phase": phase,
+    }
 
 
 def beats_render(args):
@@ -889,50 +1007,21 @@ def build_beats(pool):
     durs = pool.map(beats_render, jobs, chunksize=1)
     rows = []
     for i, dur in zip(chosen, durs):
-        tm = i["a"]["map"]
-        beats = [(tm.sec(t), pos, meter) for t, pos, meter in i["beats"]]
-        beats = [b for b in beats if b[0] <= dur]
+        beats = [b for b in timed_beats(i["a"], i["beats"]) if b[0] <= dur]
         if dur < MIN_S or len(beats) < 16 or dur < 0.9 * i["end_s"]:
             skipped.append({"package": i["pkg"], "source": i["src"],
                             "reason": f"rendered {dur:.1f} s of {i['end_s']:.1f} s, {len(beats)} beats"})
             os.remove(os.path.join(STAGE, "beats", i["id"] + ".wav"))
             os.remove(i["mid"])
             continue
-        with open(os.path.join(STAGE, "beats", i["id"] + ".beats"), "w", encoding="utf-8") as f:
-            for t, pos, _ in beats:
-                f.write(f"{t:.4f}\t{pos}\n")
-        ibi = [b2[0] - b1[0] for b1, b2 in zip(beats, beats[1:])]
-        meters = list(dict.fromkeys(m for _, _, m in beats))
-        # Tempo map over the music: quarter notes per minute, weighted by time.
-        t_first, t_end = i["first"], i["a"]["last_off"]
-        spans = []
-        tempos = i["a"]["tempos"]
-        for k, (t0, us) in enumerate(tempos):
-            t1 = tempos[k + 1][0] if k + 1 < len(tempos) else t_end
-            lo, hi = max(t0, t_first), min(t1, t_end)
-            if hi > lo:
-                spans.append((60e6 / us, tm.sec(hi) - tm.sec(lo)))
-        spans.sort()
-        half, acc, qpm = sum(w for _, w in spans) / 2, 0.0, spans[0][0] if spans else 120.0
-        for q, w in spans:
-            acc += w
-            if acc >= half:
-                qpm = q
-                break
+        write_beats(os.path.join(STAGE, "beats", i["id"] + ".beats"), beats)
         rows.append({
             "path": os.path.join(FINAL, "beats", i["id"] + ".wav"),
             "beats_path": os.path.join(FINAL, "beats", i["id"] + ".beats"),
-            "bpm": fmt(60 / statistics.median(ibi), 2), "meter": ",".join(meters),
-            "package": i["pkg"], "source": i["src"], "duration_s": fmt(dur),
-            "qpm": fmt(qpm, 2), "bpm_min": fmt(60 / max(ibi), 2), "bpm_max": fmt(60 / min(ibi), 2),
-            "tempo_changes": len({q for q, _ in spans}) - 1 if spans else 0,
-            "meter_source": "file" if i["a"]["sigs"] else "default",
-            "first_beat_s": fmt(beats[0][0]), "beats": len(beats), "downbeats": sum(1 for b in beats if b[1] == 1),
-            "grid_fit": fmt(i["fit"], 2),
+            "package": i["pkg"], "source": i["src"], "duration_s": fmt(dur), "grid_fit": fmt(i["fit"], 2),
+            **beat_columns(i["a"], i["first"], beats, i["phase"]),
         })
-    write_tsv(os.path.join(STAGE, "beats", "manifest.tsv"),
-              ["path", "beats_path", "bpm", "meter", "package", "source", "duration_s", "qpm", "bpm_min",
-               "bpm_max", "tempo_changes", "meter_source", "first_beat_s", "beats", "downbeats", "grid_fit"], rows)
+    write_tsv(os.path.join(STAGE, "beats", "manifest.tsv"), BEAT_MANIFEST, rows)
     write_tsv(os.path.join(STAGE, "beats", "skipped.tsv"), ["package", "source", "reason"],
               sorted(skipped, key=lambda r: (r["package"], r["source"])))
     bpms = [float(r["bpm"]) for r in rows]
@@ -1025,6 +1114,65 @@ def write_sources(key_stats, beat_stats):
               ["package", "version", "origin", "used_for", "files", "licences", "copyright"], rows)
 
 
+# The beat truth in README.txt; update_truth replaces it (from "manifest.tsv" to "Files whose").
+README_BEATS_TRUTH = """        manifest.tsv: path, beats_path, bpm, meter, package, source, duration_s, qpm, bpm_min, bpm_max,
+        tempo_changes, meter_source, first_beat_s, beats, downbeats, grid_fit, bar_phase
+        *.beats: time_s<TAB>position_in_bar (1 = downbeat), from the file's tempo map and time signatures:
+        a beat per denominator note (compound 6/8, 9/8, 12/8: per dotted quarter); bars start at every
+        time signature, moved by bar_phase beats when the parts clearly agree on entering on another beat
+        of the file's bar (MMA's songs: the music starts one beat into the file's 4/4 grid); beats before
+        the first note and after the last are dropped. bpm = 60 / median inter-beat interval; qpm = the
+        tempo map's time-weighted median in quarter notes per minute."""
+README_BEATS_TRUTH_OLD = r"        manifest\.tsv: path, beats_path.*?quarter notes per minute\.\s*Files whose"
+
+
+def update_truth():
+    """Re-derives the beat truth of the ready set FINAL from its MIDI copies (beats/midi): the *.beats
+    files, the manifest columns that come from them and README.txt; the audio stays. Writes nothing
+    unless every file keeps its beat times and all other columns (only positions in the bar may change)."""
+    bdir = os.path.join(FINAL, "beats")
+    with open(os.path.join(bdir, "manifest.tsv"), encoding="utf-8") as f:
+        head = f.readline().rstrip("\n").split("\t")
+        rows = [dict(zip(head, line.rstrip("\n").split("\t"))) for line in f if line.strip()]
+    out = os.path.join(STAGE, "beats")
+    os.makedirs(out, exist_ok=True)
+    changed, stems = [], []
+    for r in rows:
+        stem = os.path.basename(r["beats_path"])[:-len(".beats")]
+        with open(os.path.join(bdir, "midi", stem + ".mid"), "rb") as f:
+            a = analyse_midi(f.read())
+        first = min(t for t, _, _ in a["notes"])
+        phase = bar_phase(a)
+        grid = [g for g in beat_grid(a, a["last_off"], phase) if g[0] >= first]
+        beats = [b for b in timed_beats(a, grid) if b[0] <= float(r["duration_s"]) + 5e-4]
+        with open(os.path.join(bdir, stem + ".beats"), encoding="utf-8") as f:
+            old = [line.split("\t") for line in f.read().splitlines()]
+        if [t for t, _ in old] != [f"{t:.4f}" for t, _, _ in beats]:
+            raise Fail(f"{stem}: the beat times differ from the set's; rebuild the set")
+        cols = beat_columns(a, first, beats, phase)
+        for k, v in cols.items():
+            if k not in ("downbeats", "bar_phase") and str(v) != r[k]:
+                raise Fail(f"{stem}: {k} {v} differs from the set's {r[k]}; rebuild the set")
+        if [int(p) for _, p in old] != [p for _, p, _ in beats]:
+            changed.append(f"{stem} (bar phase {phase}, {r['downbeats']} -> {cols['downbeats']} downbeats)")
+        write_beats(os.path.join(out, stem + ".beats"), beats)
+        r.update(cols)
+        stems.append(stem)
+    write_tsv(os.path.join(out, "manifest.tsv"), BEAT_MANIFEST, rows)
+    with open(os.path.join(FINAL, "README.txt"), encoding="utf-8") as f:
+        readme, n = re.subn(README_BEATS_TRUTH_OLD, lambda _: README_BEATS_TRUTH + "\n        Files whose", f.read(),
+                            count=1, flags=re.S)
+    if n != 1:
+        raise Fail("README.txt has no beat-truth paragraph to replace")
+    with open(os.path.join(STAGE, "README.txt"), "w", encoding="utf-8") as f:
+        f.write(readme)
+    for stem in stems:
+        os.replace(os.path.join(out, stem + ".beats"), os.path.join(bdir, stem + ".beats"))
+    os.replace(os.path.join(STAGE, "README.txt"), os.path.join(FINAL, "README.txt"))
+    os.replace(os.path.join(out, "manifest.tsv"), os.path.join(bdir, "manifest.tsv"))
+    log(f"beats: truth of {len(rows)} files re-derived; {len(changed)} changed: {', '.join(changed) or 'none'}")
+
+
 def write_readme(ks, bs):
     lines = f"""Earmark music-analysis evaluation set (made by tools/music-data.sh; its header has the details)
 
@@ -1048,12 +1196,8 @@ beats/  {bs['files']} MIDI files from Debian packages ({', '.join(f'{k} {v}' for
         played with their own GM programs; {bs['beats']} beats, {bs['bpm_min']:.0f}-{bs['bpm_max']:.0f} bpm (median {bs['bpm_median']:.0f}),
         {bs['tempo_changing']} files with tempo changes; meters {', '.join(f'{k} {v}' for k, v in bs['meters'].items())};
         {bs['duration_s'] / 3600:.1f} h in all.
-        manifest.tsv: path, beats_path, bpm, meter, package, source, duration_s, qpm, bpm_min, bpm_max,
-        tempo_changes, meter_source, first_beat_s, beats, downbeats, grid_fit
-        *.beats: time_s<TAB>position_in_bar (1 = downbeat), from the file's tempo map and time signatures:
-        a beat per denominator note (compound 6/8, 9/8, 12/8: per dotted quarter); beats before the first
-        note and after the last are dropped. bpm = 60 / median inter-beat interval; qpm = the tempo map's
-        time-weighted median in quarter notes per minute. Files whose notes do not sit on their grid are
+{README_BEATS_TRUTH}
+        Files whose notes do not sit on their grid are
         skipped (skipped.tsv: {', '.join(f'{k} {v}' for k, v in bs['skipped'].items())}).
 
 SOURCES.tsv: the packages used with versions, licences and copyright lines.
@@ -1083,11 +1227,26 @@ def main():
 
 if __name__ == "__main__":
     try:
-        main()
+        if sys.argv[6:] == ["truth"]:
+            update_truth()
+        else:
+            main()
     except Fail as e:
         log(f"ERROR: {e}")
         sys.exit(1)
 PY
+
+if [ "$truth_only" = 1 ]; then
+  log "re-deriving the beat truth of $DIR (version $BEATS_TRUTH; the audio is kept)"
+  "$PY" build.py "$work" "$DIR" "$SOUNDFONT" "${BEAT_PACKAGES[*]}" "${RENDER_PACKAGES[*]}" truth ||
+    die "the beat truth could not be re-derived; the set is unchanged (a full build: remove $DIR/READY)"
+  verify_set "$DIR" || die "the set failed its checks after the beat-truth update"
+  { grep -v '^beats truth: ' "$DIR/READY"; echo "beats truth: $BEATS_TRUTH (updated $(date -u +%Y-%m-%dT%H:%M:%SZ))"; } >READY.new
+  mv READY.new "$DIR/READY"
+  log "beat truth updated after $(( $(date +%s) - started )) s"
+  echo "$DIR"
+  exit 0
+fi
 
 "$PY" build.py "$work" "$DIR" "$SOUNDFONT" "${BEAT_PACKAGES[*]}" "${RENDER_PACKAGES[*]}"
 
@@ -1095,6 +1254,6 @@ rm -f "$DIR/READY"
 rm -rf "$DIR/key" "$DIR/beats" "$DIR/SOURCES.tsv" "$DIR/README.txt"
 mv out/key out/beats out/SOURCES.tsv out/README.txt "$DIR/"
 verify_set "$DIR" || die "the new set failed its checks; it is not marked READY"
-{ echo "$SET_VERSION"; date -u +%Y-%m-%dT%H:%M:%SZ; cat ready.txt; } >"$DIR/READY"
+{ echo "$SET_VERSION"; date -u +%Y-%m-%dT%H:%M:%SZ; cat ready.txt; echo "beats truth: $BEATS_TRUTH"; } >"$DIR/READY"
 log "ready after $(( $(date +%s) - started )) s ($(du -sm "$DIR/key" "$DIR/beats" | awk '{ s += $1 } END { print s }') MB)"
 echo "$DIR"
