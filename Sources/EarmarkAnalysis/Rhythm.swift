@@ -67,24 +67,19 @@ public final class BeatTracker {
         spectrum = try FramedSpectrum(inputRate: inputRate, sampleRate: BeatTracker.sampleRate, fftSize: BeatTracker.fftSize,
                                       hop: BeatTracker.hop)
         let binHz = BeatTracker.sampleRate / Double(BeatTracker.fftSize)
-        var e: [Int] = []
-        for i in 0...BeatTracker.bandCount {
-            let f = 30 * pow(5000.0 / 30, Double(i) / Double(BeatTracker.bandCount))
-            e.append(max(1, Int((f / binHz).rounded())))
-        }
-        for i in 1..<e.count where e[i] <= e[i - 1] { e[i] = e[i - 1] + 1 }
-        edges = e
-        var fe: [Int] = []
-        for i in 0...BeatTracker.fineBandCount {
-            let f = 30 * pow(5500.0 / 30, Double(i) / Double(BeatTracker.fineBandCount))
-            fe.append(max(1, Int((f / binHz).rounded())))
-        }
-        for i in 1..<fe.count where fe[i] <= fe[i - 1] { fe[i] = fe[i - 1] + 1 }
-        fineEdges = fe
+        edges = BeatTracker.logBandEdges(count: BeatTracker.bandCount, top: 5000, binHz: binHz)
+        fineEdges = BeatTracker.logBandEdges(count: BeatTracker.fineBandCount, top: 5500, binHz: binHz)
         pitchClass = BeatTracker.chromaBins.map { k in
             let midi = 69 + 12 * log2(Double(k) * binHz / 440)
             return ((Int(midi.rounded()) % 12) + 12) % 12
         }
+    }
+
+    /// FFT bin edges of `count` bands log-spaced from 30 Hz to `top` Hz, each at least one bin wide.
+    static func logBandEdges(count: Int, top: Double, binHz: Double) -> [Int] {
+        var e = (0...count).map { i in max(1, Int((30 * pow(top / 30, Double(i) / Double(count)) / binHz).rounded())) }
+        for i in 1..<e.count where e[i] <= e[i - 1] { e[i] = e[i - 1] + 1 }
+        return e
     }
 
     public func append(_ samples: [Float]) { spectrum.append(samples) { addFrame($0) } }
