@@ -6,7 +6,8 @@
 # alone (tools/instrument-data.sh builds and caches that set; the sound model comes from
 # tools/fetch-model.sh).
 #
-#   tools/music-bench.sh                  # key, rhythm (and structure with --corpus CORPUS/public)
+#   tools/music-bench.sh                  # key, rhythm, and structure on medleys of the public corpus
+#                                         # (when tools/bench.sh has built it; --seed S,S… picks the draws)
 #   tools/music-bench.sh --verbose        # also every piece that is not exactly right
 #   tools/music-bench.sh --instruments    # instrument activity and pace; more options after it go to
 #                                         # earmark-music-bench (--subset even|odd, --sweep, --no-solos,
@@ -24,6 +25,9 @@ if [ "${1:-}" = --instruments ]; then
   set -- --instruments "$data" --model "$model" "$@"
 else
   data=$(bash tools/music-data.sh </dev/null)
+  # Structure is scored on medleys of the public corpus when tools/bench.sh has built it.
+  corpus=${EARMARK_CORPUS:-$HOME/.cache/earmark-corpus}/corpus/public
+  if [ -f "$corpus/manifest.tsv" ] && [[ " $* " != *" --corpus "* ]]; then set -- --corpus "$corpus" "$@"; fi
   set -- --data "$data" "$@"
 fi
 swift build -c release --scratch-path "$scratch" --product earmark-music-bench 2>&1 | grep -Ev '^\[[0-9]+/[0-9]+\]' || true

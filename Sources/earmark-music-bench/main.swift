@@ -7,7 +7,8 @@ import Foundation
 var data = ""
 var corpus = ""
 var medleys = 40
-var seed: UInt64 = 7
+/// Medley draws; seed 7 is the one the segmenter was tuned on, so the default reports the others.
+var seeds: [UInt64] = [11, 23, 31, 101]
 var limit = Int.max
 var verbose = false
 var instrumentData = ""
@@ -21,7 +22,7 @@ while let a = args.next() {
     case "--data": data = args.next() ?? ""
     case "--corpus": corpus = args.next() ?? ""
     case "--medleys": medleys = Int(args.next() ?? "") ?? medleys
-    case "--seed": seed = UInt64(args.next() ?? "") ?? seed
+    case "--seed": seeds = (args.next() ?? "").split(separator: ",").compactMap { UInt64($0) }
     case "--limit": limit = Int(args.next() ?? "") ?? Int.max
     case "--verbose": verbose = true
     case "--instruments": instrumentData = args.next() ?? ""
@@ -31,7 +32,7 @@ while let a = args.next() {
     case "--sweep": sweep = true
     default:
         print("""
-            usage: earmark-music-bench --data DIR [--corpus CORPUS/public [--medleys N] [--seed S]] [--limit N] [--verbose]
+            usage: earmark-music-bench --data DIR [--corpus CORPUS/public [--medleys N] [--seed S[,S…]]] [--limit N] [--verbose]
                    earmark-music-bench --instruments DIR [--model PATH] [--subset all|even|odd] [--no-solos] [--sweep] [--limit N] [--verbose]
               DIR/key/manifest.tsv: path, tonic, mode, …; DIR/beats/manifest.tsv: path, beats_path, bpm, …
               --instruments DIR: DIR/manifest.tsv and per-piece truth (tools/instrument-data.sh): instrument activity
@@ -141,40 +142,46 @@ if let beatManifest = try? String(contentsOfFile: beatManifestPath, encoding: .u
 // joined; the joins are the true section boundaries.
 if !corpus.isEmpty, let list = try? String(contentsOfFile: corpus + "/manifest.tsv", encoding: .utf8) {
     let rows = list.split(separator: "\n").dropFirst().map { $0.split(separator: "\t").map(String.init) }
-    var rng = SeededGenerator(seed: seed)
-    var fSum = 0.0, seconds = 0.0, cpuUsed = 0.0
-    for m in 0..<medleys {
-        let parts = 3 + Int(rng.next() % 3)
-        var audio: [Float] = [], joins: [Double] = []
-        var used = Set<Int>()
-        for p in 0..<parts {
-            var t = Int(rng.next() % UInt64(rows.count))
-            while used.contains(t) { t = Int(rng.next() % UInt64(rows.count)) }
-            used.insert(t)
-            let length = 20 + Double(rng.next() % 41)
-            let available = max(0, (Double(rows[t][2]) ?? 0) - length - 10)
-            let start = 5 + Double(rng.next() % UInt64(max(1, Int(available))))
-            let reader = try AudioFileReader(path: rows[t][1])
-            var samples: [Float] = []
-            while samples.count < Int((start + length) * 44_100), let chunk = try reader.next() { samples += chunk }
-            let from = min(samples.count, Int(start * 44_100)), to = min(samples.count, Int((start + length) * 44_100))
-            if p > 0 { joins.append(Double(audio.count) / 44_100) }
-            audio += samples[from..<to]
+    var seconds = 0.0, cpuUsed = 0.0, allF: [Double] = []
+    for seed in seeds {
+        var rng = SeededGenerator(seed: seed)
+        var fSum = 0.0
+        for m in 0..<medleys {
+            let parts = 3 + Int(rng.next() % 3)
+            var audio: [Float] = [], joins: [Double] = []
+            var used = Set<Int>()
+            for p in 0..<parts {
+                var t = Int(rng.next() % UInt64(rows.count))
+                while used.contains(t) { t = Int(rng.next() % UInt64(rows.count)) }
+                used.insert(t)
+                let length = 20 + Double(rng.next() % 41)
+                let available = max(0, (Double(rows[t][2]) ?? 0) - length - 10)
+                let start = 5 + Double(rng.next() % UInt64(max(1, Int(available))))
+                let reader = try AudioFileReader(path: rows[t][1])
+                var samples: [Float] = []
+                while samples.count < Int((start + length) * 44_100), let chunk = try reader.next() { samples += chunk }
+                let from = min(samples.count, Int(start * 44_100)), to = min(samples.count, Int((start + length) * 44_100))
+                if p > 0 { joins.append(Double(audio.count) / 44_100) }
+                audio += samples[from..<to]
+            }
+            let t0 = cpuSeconds()
+            let analyzer = try StructureAnalyzer(inputRate: 44_100)
+            analyzer.append(audio)
+            let r = analyzer.result()
+            cpuUsed += cpuSeconds() - t0
+            seconds += Double(audio.count) / 44_100
+            let estimated = (r?.sections ?? []).dropFirst().map(\.start)
+            let f = StructureAnalyzer.boundaryF(estimated: estimated, reference: joins)
+            fSum += f
+            if verbose { print(String(format: "  medley %d: F %.2f  truth %@  found %@", m, f, joins.map { String(format: "%.0f", $0) }.joined(separator: ","),
+                                      estimated.map { String(format: "%.0f", $0) }.joined(separator: ","))) }
         }
-        let t0 = cpuSeconds()
-        let analyzer = try StructureAnalyzer(inputRate: 44_100)
-        analyzer.append(audio)
-        let r = analyzer.result()
-        cpuUsed += cpuSeconds() - t0
-        seconds += Double(audio.count) / 44_100
-        let estimated = (r?.sections ?? []).dropFirst().map(\.start)
-        let f = StructureAnalyzer.boundaryF(estimated: estimated, reference: joins)
-        fSum += f
-        if verbose { print(String(format: "  medley %d: F %.2f  truth %@  found %@", m, f, joins.map { String(format: "%.0f", $0) }.joined(separator: ","),
-                                  estimated.map { String(format: "%.0f", $0) }.joined(separator: ","))) }
+        allF.append(fSum / Double(max(1, medleys)))
+        print(String(format: "structure on %d medleys of real tracks (seed %d): section boundary F@3 s %.3f (not told the number of parts)", medleys, seed,
+                     fSum / Double(max(1, medleys))))
     }
-    print(String(format: "structure on %d medleys of real tracks: section boundary F@3 s %.3f (not told the number of parts); %.0f × real-time", medleys,
-                 fSum / Double(max(1, medleys)), seconds / max(cpuUsed, 1e-9)))
+    print(String(format: "structure over %d draws of %d medleys: mean F@3 s %.3f; %.0f × real-time", allF.count, medleys,
+                 allF.reduce(0, +) / Double(max(1, allF.count)), seconds / max(cpuUsed, 1e-9)))
 }
 
 // Instrument activity and pace on multi-part MIDI renders (tools/instrument-data.sh): the truth says, per
