@@ -1,4 +1,4 @@
-import EarmarkAnalysis
+@testable import EarmarkAnalysis
 import EarmarkAudio
 import EarmarkTestSupport
 import Foundation
@@ -104,5 +104,53 @@ struct LoudnessTests {
         #expect(failed.status == 2 && !failed.stderrText.isEmpty, "\(failed)")
         let unknown = try EarmarkCLI.run(["analyze", "--only", "tempo", track.path])
         #expect(unknown.status == 64, "\(unknown)")
+    }
+}
+
+@Suite("True peak (4× interpolation, skipping what cannot beat the peak)")
+struct TruePeakTests {
+    /// A stereo sine at `frequency` Hz of peak `amplitude`, starting `phase` radians into its cycle,
+    /// faded in and out over 0.1 s so that no abrupt edge overshoots.
+    func sine(frequency: Double, phase: Double, amplitude: Double, rate: Double, seconds: Double) -> [Float] {
+        let n = Int(rate * seconds), fade = Int(rate / 10)
+        var out: [Float] = []
+        out.reserveCapacity(2 * n)
+        for i in 0..<n {
+            let ramp = min(1, Double(min(i, n - 1 - i)) / Double(fade))
+            let v = Float(amplitude * ramp * sin(2 * .pi * frequency * Double(i) / rate + phase))
+            out += [v, v]
+        }
+        return out
+    }
+
+    @Test("a sine sampled off its crests reads its amplitude, 0.7–3 dB above its samples",
+          arguments: [(12_000.0, Double.pi / 4), (8_000.0, 0.0), (6_000.0, Double.pi / 8)])
+    func offCrest(frequency: Double, phase: Double) {
+        let x = sine(frequency: frequency, phase: phase, amplitude: 0.5, rate: 48_000, seconds: 1)
+        let meter = TruePeakMeter(channels: 2, sampleRate: 48_000)
+        x.withUnsafeBufferPointer { meter.append($0) }
+        let samplePeak = x.map(abs).max()!
+        let peak = meter.channelPeaks.max()!
+        #expect(abs(20 * log10(Double(peak) / 0.5)) < 0.05, "true peak \(peak)")
+        #expect(20 * log10(Double(peak / samplePeak)) > 0.6)
+    }
+
+    @Test("skipping gives exactly what interpolating every sample gives, across buffer boundaries",
+          arguments: [44_100.0, 96_000.0])
+    func skippingIsExact(rate: Double) {
+        var rng = SystemRandomNumberGenerator()
+        // Quiet noise with a few loud bursts, in buffers of odd sizes.
+        var x = (0..<60_000).map { _ in Float.random(in: -0.05...0.05, using: &rng) }
+        for burst in [7_000, 33_333, 51_000] { for i in burst..<(burst + 40) { x[i] = Float.random(in: -0.9...0.9, using: &rng) } }
+        let fast = TruePeakMeter(channels: 2, sampleRate: rate), slow = TruePeakMeter(channels: 2, sampleRate: rate)
+        slow.skips = false
+        var i = 0
+        for size in [998, 4_410, 17, 20_000, 34_575] where i < x.count {
+            let piece = Array(x[i..<min(x.count, i + 2 * (size / 2))])
+            piece.withUnsafeBufferPointer { fast.append($0); slow.append($0) }
+            i += piece.count
+        }
+        #expect(fast.channelPeaks == slow.channelPeaks)
+        #expect(fast.channelPeaks.allSatisfy { $0 >= 0.5 })
     }
 }
