@@ -34,7 +34,9 @@ let package = Package(
         .target(name: "EarmarkMatching", dependencies: ["EarmarkSignature", "EarmarkCatalog"]),
         .target(name: "EarmarkStreaming", dependencies: ["EarmarkAudio", "EarmarkMatching"]),
         .target(name: "EarmarkAnalysis", dependencies: ["CEBUR128", "EarmarkAudio", "EarmarkDSP"]),
-        .target(name: "EarmarkClassification", dependencies: ["COpenBLAS", "EarmarkAudio", "EarmarkDSP"]),
+        // The instrument head (tools/train-instrument-head.sh) ships as a resource; InstrumentHead finds the bundle itself.
+        .target(name: "EarmarkClassification", dependencies: ["COpenBLAS", "EarmarkAudio", "EarmarkDSP"],
+                resources: [.copy("Resources/instrument-head.json")]),
         .target(name: "EarmarkKit", dependencies: [
             "EarmarkAudio", "EarmarkSignature", "EarmarkCatalog", "EarmarkMatching", "EarmarkStreaming", "EarmarkAnalysis",
             "EarmarkClassification",

@@ -11,7 +11,9 @@
 #   tools/music-bench.sh --verbose        # also every piece that is not exactly right
 #   tools/music-bench.sh --instruments    # instrument activity and pace; more options after it go to
 #                                         # earmark-music-bench (--subset even|odd, --sweep, --no-solos,
-#                                         # --verbose, --limit N)
+#                                         # --verbose, --limit N; --head PATH|labels: another instrument
+#                                         # head, or YAMNet's label scores; the shipped head is trained on the
+#                                         # even pieces, so --subset odd is the held-out figure)
 #
 # EARMARK_SCRATCH: the build folder (default .build/tools).
 set -euo pipefail

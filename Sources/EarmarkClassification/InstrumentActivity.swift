@@ -23,7 +23,8 @@ public struct FamilyActivity: Codable, Sendable, Equatable {
     public struct Value: Codable, Sendable, Equatable {
         public var start: Double
         public var end: Double
-        /// 0…1: the classifier's best score among the family's labels in that window.
+        /// 0…1: the instrument head's probability for the family around that window (with the label fallback, the
+        /// classifier's best score among the family's labels).
         public var value: Double
     }
     public var family: String
@@ -34,17 +35,27 @@ public struct FamilyActivity: Codable, Sendable, Equatable {
 }
 
 /// Instrument activity (Music Understanding's dimension) from sound-classifier windows: for each family,
-/// a 0…1 curve (the best score among its labels per window) and active ranges where the curve rises
-/// to `onset` and stays above `offset`; ranges closer than `bridge` s are joined, shorter than
-/// `minimumDuration` s dropped. Needs a YAMNet-ordered (AudioSet) model.
+/// a 0…1 curve per window and active ranges where the curve rises to an onset threshold and stays above an
+/// offset threshold; ranges closer than `bridge` s are joined, shorter than `minimumDuration` s dropped.
+///
+/// With the shipped ``InstrumentHead`` (a logistic output per family on the model's embeddings, trained on
+/// rendered multi-part pieces), the curve is the head's probability, scaled down where YAMNet does not hear
+/// music (its best music label under ``musicScore``) and averaged over a few seconds, and the thresholds are
+/// the head's, per family. Without it (no head file, or a model whose embeddings it does not read) the curve
+/// is the best score among the family's YAMNet labels, with `onset` / `offset`; ``method`` says which.
+/// Needs a YAMNet-ordered (AudioSet) model.
 public struct InstrumentActivity: Codable, Sendable, Equatable {
     public static let kind = "instruments"
-    public static let version = 1
+    /// 2: the instrument head (1: YAMNet label scores).
+    public static let version = 2
 
     public var model: String
+    /// How the curves were made: `head NAME`, or `labels (why no head)`; nil in results made before version 2.
+    public var method: String?
     public var families: [FamilyActivity]
     public var duration: Double
 
+    /// Thresholds of the label fallback.
     public static let onset = 0.1, offset = 0.05, bridge = 1.0, minimumDuration = 1.0
 
     /// Whether `model` has the AudioSet labels this needs.
@@ -52,12 +63,49 @@ public struct InstrumentActivity: Codable, Sendable, Equatable {
         model.labels.count == 521 && model.labels[132].mid == "/m/04rlf" && model.labels[148].name == "Piano"
     }
 
-    public init(windows: [SoundWindow], duration: Double, model: SoundModel) throws {
+    /// The shipped head (nil when it is missing or unreadable; ``InstrumentHead/shipped`` says why).
+    public static var defaultHead: InstrumentHead? { try? InstrumentHead.shipped.get() }
+
+    /// `head`: the instrument head to use; by default the shipped one; nil for the label mapping.
+    public init(windows: [SoundWindow], duration: Double, model: SoundModel,
+                head: InstrumentHead? = InstrumentActivity.defaultHead) throws {
         guard InstrumentActivity.supports(model) else {
             throw SoundModelError(.inconsistent, "instrument activity needs a model with YAMNet's AudioSet labels (\(model.name) has \(model.labels.count) labels)")
         }
         self.model = model.name
         self.duration = duration
+        let why: String
+        if let head {
+            if !head.fits(model) {
+                why = "instrument head \(head.name) reads the embeddings of \(head.model), not \(model.name)"
+            } else if !windows.allSatisfy({ $0.embedding.count == head.embeddingSize }) {
+                why = "the windows have no embeddings"
+            } else {
+                method = "head \(head.name)"
+                // The head only saw music: each window's probabilities are scaled by how much YAMNet hears music
+                // there (speech and noise go to 0), then smoothed.
+                let gate = windows.map { InstrumentActivity.musicGate($0.scores) }
+                let p = InstrumentHead.smooth(head.probabilities(windows.map(\.embedding)).map { zip($0, gate).map { $0 * $1 } },
+                                              middles: windows.map { $0.start + $0.duration / 2 }, radius: head.smoothing)
+                families = InstrumentFamily.allCases.map { family in
+                    guard let f = head.families.firstIndex(of: family) else {
+                        return FamilyActivity(family: family.rawValue, activeRanges: [], activity: [])
+                    }
+                    let curve = zip(windows, p[f]).map { w, v in
+                        FamilyActivity.Value(start: w.start, end: min(duration, w.start + w.duration), value: (Double(v) * 1000).rounded() / 1000)
+                    }
+                    return FamilyActivity(family: family.rawValue, activeRanges: InstrumentActivity.ranges(curve, onset: head.onset[f], offset: head.offset[f]),
+                                          activity: curve)
+                }
+                return
+            }
+        } else {
+            switch InstrumentHead.shipped {
+            case .failure(let e): why = e.message
+            case .success: why = "no instrument head asked for"
+            }
+        }
+        method = "labels (\(why))"
         families = InstrumentFamily.allCases.map { family in
             let labels = InstrumentFamily.yamnetLabels[family]!
             let curve = windows.map { w in
@@ -68,7 +116,19 @@ public struct InstrumentActivity: Codable, Sendable, Equatable {
         }
     }
 
-    static func ranges(_ curve: [FamilyActivity.Value]) -> [TimeRange] {
+    /// YAMNet labels that say music is playing: Music, Musical instrument, and every family's labels.
+    static let musicLabels: [Int] = Array(Set([132, 133] + InstrumentFamily.yamnetLabels.values.flatMap { $0 })).sorted()
+    /// Music score (best of ``musicLabels``) from which a window counts fully; below, the head's probabilities
+    /// are scaled down in proportion.
+    public static let musicScore = 0.3
+
+    static func musicGate(_ scores: [Float]) -> Float {
+        let m = musicLabels.map { scores.indices.contains($0) ? scores[$0] : 0 }.max() ?? 0
+        return min(1, m / Float(musicScore))
+    }
+
+    static func ranges(_ curve: [FamilyActivity.Value], onset: Double = InstrumentActivity.onset,
+                       offset: Double = InstrumentActivity.offset) -> [TimeRange] {
         hysteresisRanges(curve.map { ($0.start, $0.end, $0.value) }, onset: onset, offset: offset, bridge: bridge,
                          minimumDuration: minimumDuration)
     }
@@ -93,6 +153,8 @@ public struct InstrumentSummary: Codable, Sendable, Equatable {
         public var activityPerSecond: [Double]
     }
     public var model: String
+    /// As ``InstrumentActivity/method``.
+    public var method: String?
     public var duration: Double
     public var families: [Family]
 
@@ -101,6 +163,7 @@ public struct InstrumentSummary: Codable, Sendable, Equatable {
 
     public init(_ a: InstrumentActivity) {
         model = a.model
+        method = a.method
         duration = a.duration
         let seconds = max(1, Int(a.duration.rounded(.up)))
         families = a.families.map { f in

@@ -16,6 +16,10 @@ var modelPath: String?
 var subset = "all"
 var solos = true
 var sweep = false
+var headOption: String?
+var trainHead: String?
+var embeddingCache: String?
+var headOptions = InstrumentHeadTrainer.Options()
 var args = CommandLine.arguments.dropFirst().makeIterator()
 while let a = args.next() {
     switch a {
@@ -30,14 +34,25 @@ while let a = args.next() {
     case "--subset": subset = args.next() ?? subset
     case "--no-solos": solos = false
     case "--sweep": sweep = true
+    case "--head": headOption = args.next()
+    case "--train-head": trainHead = args.next()
+    case "--embeddings": embeddingCache = args.next()
+    case "--mix-thresholds": headOptions.soloThresholds = false
+    case "--solo-weight": headOptions.soloWeight = Float(args.next() ?? "") ?? headOptions.soloWeight
     default:
         print("""
             usage: earmark-music-bench --data DIR [--corpus CORPUS/public [--medleys N] [--seed S[,S…]]] [--limit N] [--verbose]
                    earmark-music-bench --instruments DIR [--model PATH] [--subset all|even|odd] [--no-solos] [--sweep] [--limit N] [--verbose]
+                                       [--head PATH|labels]
+                   earmark-music-bench --instruments DIR --train-head OUT [--model PATH] [--subset all|even|odd] [--embeddings CACHE]
               DIR/key/manifest.tsv: path, tonic, mode, …; DIR/beats/manifest.tsv: path, beats_path, bpm, …
               --instruments DIR: DIR/manifest.tsv and per-piece truth (tools/instrument-data.sh): instrument activity
                 and pace on the mixes, instrument activity on the solo renders; --subset even|odd: every other piece
-                (a hold-out half); --sweep: F-measures for other activity thresholds
+                (a hold-out half); --sweep: F-measures for other activity thresholds; --head: the instrument head file to use
+                (default: the shipped one), or labels for the YAMNet label mapping
+              --train-head OUT: trains an instrument head on the subset's mixes and solo renders and writes it to OUT
+                (tools/train-instrument-head.sh); --embeddings CACHE keeps each render's window embeddings in CACHE;
+                --mix-thresholds: thresholds chosen on the mixes only (not the solo renders too); --solo-weight W (0.5)
             """)
         exit(a == "--help" ? 0 : 2)
     }
@@ -213,7 +228,7 @@ struct InstrumentRun {
     var paceSweep: [Double: PaceResult] = [:]
 }
 
-func runInstruments(path: String, model: SoundModel, pace: Bool, paceSweep: [Double] = []) throws -> InstrumentRun {
+func runInstruments(path: String, model: SoundModel, head: InstrumentHead?, pace: Bool, paceSweep: [Double] = []) throws -> InstrumentRun {
     let reader = try MultichannelFileReader(path: path)
     let classifier = try SoundClassificationStream(model: model, options: ClassificationOptions(windowDuration: model.frontEnd.patchDuration, overlapFactor: 0))
     let tracker = pace ? try BeatTracker(inputRate: reader.sampleRate) : nil
@@ -224,7 +239,7 @@ func runInstruments(path: String, model: SoundModel, pace: Bool, paceSweep: [Dou
         tracker?.append(mono)
     }
     windows += classifier.finish()
-    let activity = try InstrumentActivity(windows: windows, duration: classifier.duration, model: model)
+    let activity = try InstrumentActivity(windows: windows, duration: classifier.duration, model: model, head: head)
     var run = InstrumentRun(windows: windows, activity: activity, pace: tracker?.pace())
     for d in paceSweep { run.paceSweep[d] = tracker?.pace(deviations: d) }
     return run
@@ -357,7 +372,21 @@ if !instrumentData.isEmpty {
     let families = InstrumentFamily.allCases.map(\.rawValue)
     let decoder = JSONDecoder()
     decoder.keyDecodingStrategy = .convertFromSnakeCase
-    let sweepOnsets = [0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.2]
+    if let out = trainHead {
+        trainInstrumentHead(truthFiles: truthFiles, model: model, out: out, decoder: decoder, cache: embeddingCache, subset: subset, verbose: verbose,
+                            options: headOptions)
+        exit(0)
+    }
+    let instrumentHead: InstrumentHead?
+    switch headOption {
+    case nil: instrumentHead = InstrumentActivity.defaultHead
+    case "labels": instrumentHead = nil
+    case let path?:
+        do { instrumentHead = try InstrumentHead(path: path) } catch { print("earmark-music-bench: \(error)"); exit(2) }
+    }
+    // The label scores are tiny in mixes; the head's curves are probabilities.
+    let sweepOnsets = instrumentHead == nil ? [0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.2]
+        : [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
     var sweepSolo: [Double: (own: Counts, falseFrames: Int, trueFrames: Int)] = [:]
     let paceDeviations = [0.0, 0.25, 0.5, 0.75, 1.0, 1.5]
     var sweepPace: [Double: [Double]] = [:]
@@ -371,14 +400,15 @@ if !instrumentData.isEmpty {
     var soloFramesTotal: [String: Int] = [:]
     var paceFound: [Double] = [], paceEvents: [Double] = [], paceNotes: [Double] = [], paceDrums: [Double] = [], paceCoarse: [Double] = []
     var overallFound: [Double] = [], overallTruth: [Double] = []
-    var seconds = 0.0, cpuUsed = 0.0, pieces = 0
+    var seconds = 0.0, cpuUsed = 0.0, pieces = 0, method = ""
     for path in truthFiles {
         guard let raw = FileManager.default.contents(atPath: path), let t = try? decoder.decode(InstrumentTruth.self, from: raw) else {
             print("  cannot read \(path)"); continue
         }
         let t0 = cpuSeconds()
-        let f = try runInstruments(path: t.mix, model: model, pace: true, paceSweep: sweep ? paceDeviations : [])
+        let f = try runInstruments(path: t.mix, model: model, head: instrumentHead, pace: true, paceSweep: sweep ? paceDeviations : [])
         cpuUsed += cpuSeconds() - t0
+        method = f.activity.method ?? "?"
         seconds += f.activity.duration
         if verbose {
             // What the classifier hears: the mean score of the top labels over the piece.
@@ -449,7 +479,7 @@ if !instrumentData.isEmpty {
             let truth = truthFamily.active.map { $0 != 0 }
             guard truth.filter({ $0 }).count >= 5 else { continue }
             let t1 = cpuSeconds()
-            let s = try runInstruments(path: truthFamily.solo, model: model, pace: false)
+            let s = try runInstruments(path: truthFamily.solo, model: model, head: instrumentHead, pace: false)
             cpuUsed += cpuSeconds() - t1
             seconds += s.activity.duration
             let found = coveredFrames(s.activity.families.first { $0.family == fam }?.activeRanges ?? [], count: n)
@@ -486,7 +516,7 @@ if !instrumentData.isEmpty {
             }
         }
     }
-    print("instrument activity on \(pieces) mixes (\(String(format: "%.1f", seconds / 60)) min analysed incl. solos; subset \(subset)); model \(model.name)")
+    print("instrument activity on \(pieces) mixes (\(String(format: "%.1f", seconds / 60)) min analysed incl. solos; subset \(subset)); model \(model.name); \(method)")
     print("frame-level: 1-s frames; a frame is found active when the family's active ranges cover >= 0.5 s of it; counts summed over all pieces")
     print("onset F: a range start within ±1 s of a true range start")
     print("ROC area: threshold-free separation of true from other frames by the family's activity curve (frame mean)")
@@ -564,6 +594,87 @@ if !instrumentData.isEmpty {
     print(String(format: "  whole pieces: Pearson r %.3f (pace overall vs score events per minute); median pace %.0f, median truth %.0f per minute",
                  pearson(overallFound, overallTruth), median(overallFound), median(overallTruth)))
     print(String(format: "speed: %.0f × real-time on one core (decoding, classification and pace)", seconds / max(cpuUsed, 1e-9)))
+}
+
+/// A render's window embeddings (`start`, `end`, embedding), from `cache` (a folder; files named after the
+/// render) when there, else computed (and stored there).
+func renderEmbeddings(path: String, model: SoundModel, cache: String?) throws -> (starts: [Double], ends: [Double], embeddings: [[Float]]) {
+    let d = model.embeddingSize
+    let file = cache.map { $0 + "/" + URL(fileURLWithPath: path).lastPathComponent + ".emb" }
+    if let file, let raw = FileManager.default.contents(atPath: file), raw.count >= 8 {
+        let values = raw.withUnsafeBytes { p in (0..<(raw.count / 4)).map { Float(bitPattern: UInt32(littleEndian: p.loadUnaligned(fromByteOffset: 4 * $0, as: UInt32.self))) } }
+        let n = Int(values[0]), stored = Int(values[1])
+        if stored == d, values.count == 2 + n * (2 + d) {
+            var starts: [Double] = [], ends: [Double] = [], embeddings: [[Float]] = []
+            for i in 0..<n {
+                let o = 2 + i * (2 + d)
+                starts.append(Double(values[o])); ends.append(Double(values[o + 1])); embeddings.append(Array(values[(o + 2)..<(o + 2 + d)]))
+            }
+            return (starts, ends, embeddings)
+        }
+    }
+    let run = try runInstruments(path: path, model: model, head: nil, pace: false)
+    let starts = run.windows.map(\.start), ends = run.windows.map { min(run.activity.duration, $0.start + $0.duration) }
+    let embeddings = run.windows.map(\.embedding)
+    if let file, let cache {
+        try? FileManager.default.createDirectory(atPath: cache, withIntermediateDirectories: true)
+        var values: [Float] = [Float(starts.count), Float(d)]
+        for i in starts.indices { values += [Float(starts[i]), Float(ends[i])] + embeddings[i] }
+        var raw = Data(capacity: 4 * values.count)
+        for v in values { withUnsafeBytes(of: v.bitPattern.littleEndian) { raw.append(contentsOf: $0) } }
+        _ = FileManager.default.createFile(atPath: file, contents: raw)
+    }
+    return (starts, ends, embeddings)
+}
+
+/// Trains the instrument head on the mixes and solo renders of `truthFiles` and writes it to `out`.
+func trainInstrumentHead(truthFiles: [String], model: SoundModel, out: String, decoder: JSONDecoder, cache: String?, subset: String, verbose: Bool,
+                         options: InstrumentHeadTrainer.Options) {
+    let families = InstrumentFamily.allCases.map(\.rawValue)
+    var clips: [InstrumentHeadTrainer.Clip] = []
+    let t0 = cpuSeconds()
+    var ids: [String] = []
+    for (p, path) in truthFiles.enumerated() {
+        guard let raw = FileManager.default.contents(atPath: path), let t = try? decoder.decode(InstrumentTruth.self, from: raw) else {
+            print("  cannot read \(path)"); continue
+        }
+        ids.append(t.id)
+        let n = t.mixDb.count
+        let frames = families.map { fam in t.families[fam].map { Array($0.active.map { $0 != 0 }.prefix(n)) } ?? [Bool](repeating: false, count: n) }
+        do {
+            let mix = try renderEmbeddings(path: t.mix, model: model, cache: cache)
+            clips.append(.init(piece: p, isMix: true, starts: mix.starts, ends: mix.ends, embeddings: mix.embeddings, frames: frames))
+            for (fam, truthFamily) in t.families.sorted(by: { $0.key < $1.key }) {
+                guard let f = families.firstIndex(of: fam), frames[f].contains(true) else { continue }
+                let solo = try renderEmbeddings(path: truthFamily.solo, model: model, cache: cache)
+                let soloFrames = families.indices.map { $0 == f ? frames[f] : [Bool](repeating: false, count: n) }
+                clips.append(.init(piece: p, isMix: false, starts: solo.starts, ends: solo.ends, embeddings: solo.embeddings, frames: soloFrames))
+            }
+        } catch {
+            print("  \(t.id): \(error)"); continue
+        }
+        if verbose { print("  \(t.id): \(clips.count) clips so far") }
+    }
+    let t1 = cpuSeconds()
+    print(String(format: "embeddings of %d clips from %d pieces: %.0f s CPU", clips.count, ids.count, t1 - t0))
+    let description = "logistic per family on \(model.name) embeddings of \(ids.count) rendered pieces (subset \(subset) of the instrument set: "
+        + "mixes, and solo renders at weight \(options.soloWeight)); thresholds and smoothing: best out-of-fold frame F on the mixes"
+        + (options.soloThresholds ? " and solo renders" : "")
+    let (head, report) = InstrumentHeadTrainer.train(clips, model: model.name, embeddingSize: model.embeddingSize,
+                                                     name: "instrument-head-1", description: description, options: options) { print("  \($0)") }
+    print(String(format: "trained on %d windows in %.0f s CPU", report.trainingWindows, cpuSeconds() - t1))
+    print(String(format: "smoothing ±%.1f s", head.smoothing))
+    print("family     onset  offset  out-of-fold frame F")
+    for (f, fam) in families.enumerated() {
+        print(fam.padding(toLength: 9, withPad: " ", startingAt: 0) + String(format: "  %5.2f  %6.2f  %@", head.onset[f], head.offset[f],
+                                                                                report.outOfFoldF[f].map { String(format: "%.3f", $0) } ?? "-"))
+    }
+    do {
+        try head.fileData().write(to: URL(fileURLWithPath: out))
+        print("wrote \(out)")
+    } catch {
+        print("earmark-music-bench: cannot write \(out): \(error)"); exit(1)
+    }
 }
 
 struct SeededGenerator: RandomNumberGenerator {

@@ -241,3 +241,43 @@ struct SoundModelFileTests {
         #expect(throws: SoundModelError.self) { try SoundModel(path: tmp.path("labels.emodel")) }
     }
 }
+
+@Suite("Instrument activity: the shipped instrument head")
+struct InstrumentHeadTests {
+    @Test("the shipped head loads, reads YAMNet's embeddings, round-trips, finds a family in real music and none in silence")
+    func shippedHead() throws {
+        let head = try InstrumentHead.shipped.get()
+        #expect(head.families == InstrumentFamily.allCases)
+        #expect(head.weights.count == head.families.count * head.embeddingSize)
+        #expect(zip(head.onset, head.offset).allSatisfy { $1 <= $0 })
+        #expect(try InstrumentHead(data: try head.fileData()) == head)
+        let model = try SoundModel(path: try TestModel.set().model.path)
+        #expect(head.fits(model))
+        let options = ClassificationOptions(windowDuration: model.frontEnd.patchDuration, overlapFactor: 0)
+        let classifier = SoundClassifier(model: model)
+        let march = try TestAudio.set().reference("goin_march")
+        let windows = try classifier.classify(path: march.path, options: options)
+        let duration = windows.last.map { $0.start + $0.duration } ?? 0
+        let a = try InstrumentActivity(windows: windows, duration: duration, model: model)
+        #expect(a.method == "head \(head.name)")
+        #expect(a.families.map(\.family) == InstrumentFamily.allCases.map(\.rawValue))
+        #expect(a.families.allSatisfy { $0.activity.count == windows.count && $0.activity.allSatisfy { (0...1).contains($0.value) } })
+        let active = a.families.filter { $0.activeRanges.reduce(0) { $0 + $1.duration } >= 10 }.map(\.family)
+        #expect(!active.isEmpty, "\(a.summaryText)")
+
+        let tmp = try TemporaryDirectory("head-silence")
+        try WAVFile.write([Float](repeating: 0, count: 44_100 * 4), to: tmp.file("silence.wav"))
+        let quiet = try classifier.classify(path: tmp.path("silence.wav"), options: options)
+        let none = try InstrumentActivity(windows: quiet, duration: 4, model: model)
+        #expect(none.families.allSatisfy { $0.activeRanges.isEmpty }, "\(none.summaryText)")
+
+        // Without a head, or with one for other embeddings: the label mapping, saying why.
+        let labels = try InstrumentActivity(windows: windows, duration: duration, model: model, head: nil)
+        #expect(labels.method?.hasPrefix("labels (") == true)
+        var foreign = head
+        foreign.model = "another model"
+        let mismatch = try InstrumentActivity(windows: windows, duration: duration, model: model, head: foreign)
+        #expect(mismatch.method?.contains("reads the embeddings of another model") == true)
+        #expect(mismatch.families == labels.families)
+    }
+}
