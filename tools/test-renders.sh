@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Renders two small pieces for the music-metadata tests with FluidSynth and the FluidR3 General MIDI
+# sound font (Debian fluidsynth and fluid-soundfont-gm, installed here when missing: root then). The
+# pieces are written note by note below, so their key, tempo, meter, bars and instruments are known:
+#
+#   $DIR/march.wav   D major, 4/4 at 110 BPM, 20 bars: piano chords on every beat, fingered bass on 1
+#                    and 3, drums (kick 1 and 3, snare 2 and 4, closed hi-hat on eighths); I IV V I vi IV V I
+#   $DIR/waltz.wav   A minor, 3/4 at 132 BPM, 24 bars: piano only, bass note on 1, chord on 2 and 3; i iv V i
+#   $DIR/truth.json  those facts, per piece
+#   $DIR/READY       written last (first line: set version)
+#
+# DIR is $EARMARK_TEST_RENDERS, else ~/.cache/earmark-test-renders. Idempotent: with a READY of this set
+# version it only prints DIR. Prints DIR on standard output; progress and errors go to standard error.
+set -euo pipefail
+
+home=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
+DIR=${EARMARK_TEST_RENDERS:-$home/.cache/earmark-test-renders}
+SET_VERSION="earmark-test-renders 1"
+SOUNDFONT=/usr/share/sounds/sf2/FluidR3_GM.sf2
+
+ready() { [ -f "$DIR/READY" ] && [ "$(head -n 1 "$DIR/READY")" = "$SET_VERSION" ]; }
+if ready; then
+  echo "$DIR"
+  exit 0
+fi
+mkdir -p "$DIR"
+exec 9>"$DIR/.lock"
+flock -w 900 9 || { echo "test-renders.sh: timed out waiting for $DIR/.lock" >&2; exit 1; }
+if ready; then
+  echo "$DIR"
+  exit 0
+fi
+
+missing=()
+for p in fluidsynth fluid-soundfont-gm sox; do
+  dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  [ "$(id -u)" = 0 ] || { echo "test-renders.sh: needs ${missing[*]} (install them as root)" >&2; exit 1; }
+  echo "test-renders.sh: installing ${missing[*]}" >&2
+  apt-get -o DPkg::Lock::Timeout=900 install -y --no-install-recommends "${missing[@]}" >&2 \
+    || { apt-get -o DPkg::Lock::Timeout=900 update -q >&2 \
+         && apt-get -o DPkg::Lock::Timeout=900 install -y --no-install-recommends "${missing[@]}" >&2; }
+fi
+[ -f "$SOUNDFONT" ] || { echo "test-renders.sh: $SOUNDFONT is missing (package fluid-soundfont-gm)" >&2; exit 1; }
+
+work=$(mktemp -d "$DIR/.work.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+python3 - "$work" <<'PY'
+import json, struct, sys
+
+out = sys.argv[1]
+TPQ = 480
+
+
+def vlq(n):
+    b = [n & 0x7F]
+    n >>= 7
+    while n:
+        b.insert(0, (n & 0x7F) | 0x80)
+        n >>= 7
+    return bytes(b)
+
+
+def write_midi(path, bpm, num, events):
+    """events: (tick, channel, note, velocity, length ticks); one track, tempo and meter at tick 0."""
+    msgs = [(0, bytes([0xFF, 0x51, 3]) + (60_000_000 // bpm).to_bytes(3, "big")),
+            (0, bytes([0xFF, 0x58, 4, num, 2, 24, 8]))]
+    programs = {0: 0, 1: 33}  # channel 0 piano, channel 1 fingered bass; channel 9 drums
+    for ch, prog in programs.items():
+        msgs.append((0, bytes([0xC0 | ch, prog])))
+    for tick, ch, note, vel, length in events:
+        msgs.append((tick, bytes([0x90 | ch, note, vel])))
+        msgs.append((tick + length, bytes([0x80 | ch, note, 0])))
+    msgs.sort(key=lambda m: (m[0], m[1][0] & 0xF0 == 0x90))
+    data, last = b"", 0
+    for tick, m in msgs:
+        data += vlq(tick - last) + m
+        last = tick
+    data += vlq(TPQ) + bytes([0xFF, 0x2F, 0])
+    with open(path, "wb") as f:
+        f.write(b"MThd" + struct.pack(">IHHH", 6, 0, 1, TPQ) + b"MTrk" + struct.pack(">I", len(data)) + data)
+
+
+def triad(root, minor=False):
+    return [root, root + (3 if minor else 4), root + 7]
+
+
+pieces = {}
+# March in D major: I IV V I vi IV V I, 20 bars.
+D, G, A, Bm = 62, 67, 69, 59
+prog = [(D, False), (G, False), (A, False), (D, False), (Bm, True), (G, False), (A, False), (D, False)]
+ev = []
+bars = 20
+for bar in range(bars):
+    root, minor = prog[bar % len(prog)]
+    t0 = bar * 4 * TPQ
+    for beat in range(4):
+        t = t0 + beat * TPQ
+        for n in triad(root, minor):
+            ev.append((t, 0, n, 80 if beat else 96, TPQ - 40))
+        if beat in (0, 2):
+            ev.append((t, 1, root - 24, 100, 2 * TPQ - 40))
+            ev.append((t, 9, 36, 110, 60))
+        else:
+            ev.append((t, 9, 38, 100, 60))
+        for half in (0, TPQ // 2):
+            ev.append((t + half, 9, 42, 70, 40))
+write_midi(f"{out}/march.mid", 110, 4, ev)
+pieces["march"] = {"tonic": "D", "mode": "major", "bpm": 110, "beatsPerBar": 4, "bars": bars,
+                   "instruments": ["drums", "bass", "keys"], "absent": ["voice", "brass"]}
+
+# Waltz in A minor: i iv V i, 24 bars, piano only.
+Am, Dm, E = 57, 62, 64
+prog = [(Am, True), (Dm, True), (E, False), (Am, True)]
+ev = []
+bars = 24
+for bar in range(bars):
+    root, minor = prog[bar % len(prog)]
+    t0 = bar * 3 * TPQ
+    ev.append((t0, 0, root - 12, 96, TPQ - 40))
+    for beat in (1, 2):
+        for n in triad(root, minor):
+            ev.append((t0 + beat * TPQ, 0, n, 72, TPQ - 60))
+write_midi(f"{out}/waltz.mid", 132, 3, ev)
+pieces["waltz"] = {"tonic": "A", "mode": "minor", "bpm": 132, "beatsPerBar": 3, "bars": bars,
+                   "instruments": ["keys"], "absent": ["drums", "voice", "brass"]}
+for name, p in pieces.items():
+    p["beatPeriod"] = 60 / p["bpm"]
+    p["beats"] = p["bars"] * p["beatsPerBar"]
+json.dump(pieces, open(f"{out}/truth.json", "w"), indent=1)
+PY
+for piece in march waltz; do
+  fluidsynth -n -i -q -R 0 -C 0 -g 0.5 -r 44100 -F "$work/$piece.raw.wav" "$SOUNDFONT" "$work/$piece.mid" >/dev/null 2>&1 \
+    || { echo "test-renders.sh: fluidsynth failed on $piece" >&2; exit 1; }
+  sox "$work/$piece.raw.wav" -r 44100 -c 1 -b 16 "$work/$piece.wav"
+  rm "$work/$piece.raw.wav"
+done
+rm -f "$DIR/READY"
+mv "$work/march.wav" "$work/waltz.wav" "$work/march.mid" "$work/waltz.mid" "$work/truth.json" "$DIR/"
+{ echo "$SET_VERSION"; date -u +%Y-%m-%dT%H:%M:%SZ; } >"$DIR/READY"
+echo "$DIR"
