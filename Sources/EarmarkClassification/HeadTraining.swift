@@ -111,31 +111,13 @@ public enum HeadTrainer {
     static func fitHead(_ examples: [Example], labels: Int, d: Int, epochs: Int, learningRate: Float,
                         weightDecay: Float) -> (weights: [Float], bias: [Float]) {
         let n = examples.count
-        var mean = [Float](repeating: 0, count: d), std = [Float](repeating: 0, count: d)
-        for e in examples { for j in 0..<d { mean[j] += e.embedding[j] } }
-        for j in 0..<d { mean[j] /= Float(n) }
-        for e in examples { for j in 0..<d { let x = e.embedding[j] - mean[j]; std[j] += x * x } }
-        // One scale for all dimensions: scaling each to unit variance would blow up the many that are
-        // nearly constant in training (0 after the ReLUs) and overfit to them.
-        let overall = max(1e-3, (std.reduce(0, +) / Float(n * d)).squareRoot())
-        for j in 0..<d { std[j] = overall }
-        var z = [Float](repeating: 0, count: n * d)
-        for (i, e) in examples.enumerated() { for j in 0..<d { z[i * d + j] = (e.embedding[j] - mean[j]) / std[j] } }
         // Classes weighted inversely to their size, so a label with many windows does not drown the others.
         var counts = [Float](repeating: 0, count: labels)
         for e in examples { counts[e.label] += 1 }
         let classWeight = counts.map { $0 > 0 ? Float(n) / (Float(labels) * $0) : 0 }
-
-        var w = [Float](repeating: 0, count: labels * d), b = [Float](repeating: 0, count: labels)
-        var mw = w, vw = w, mb = b, vb = b
-        let (beta1, beta2, eps): (Float, Float, Float) = (0.9, 0.999, 1e-8)
-        var logits = [Float](repeating: 0, count: n * labels)
-        var gw = [Float](repeating: 0, count: labels * d)
-        for epoch in 1...max(1, epochs) {
-            // logits = Z·Wᵀ + b; G = softmax − one-hot (weighted); ∇W = Gᵀ·Z.
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(n), Int32(labels), Int32(d), 1, z, Int32(d), w, Int32(d),
-                        0, &logits, Int32(labels))
-            var gb = [Float](repeating: 0, count: labels)
+        return fitLinear(examples.map(\.embedding), outputs: labels, d: d, epochs: epochs, learningRate: learningRate,
+                         weightDecay: weightDecay) { logits, b in
+            // Softmax − one-hot, weighted.
             for (i, e) in examples.enumerated() {
                 let row = i * labels
                 var m = -Float.infinity
@@ -143,13 +125,43 @@ public enum HeadTrainer {
                 var sum: Float = 0
                 for k in 0..<labels { logits[row + k] = expf(logits[row + k] - m); sum += logits[row + k] }
                 let cw = classWeight[e.label] / Float(n)
-                for k in 0..<labels {
-                    let g = (logits[row + k] / sum - (k == e.label ? 1 : 0)) * cw
-                    logits[row + k] = g
-                    gb[k] += g
-                }
+                for k in 0..<labels { logits[row + k] = (logits[row + k] / sum - (k == e.label ? 1 : 0)) * cw }
             }
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Int32(labels), Int32(d), Int32(n), 1, logits, Int32(labels), z, Int32(d),
+        }
+    }
+
+    /// Full-batch Adam with L2 weight decay on a linear layer (`outputs` × `d`) over `rows` centred and divided
+    /// by one overall scale: scaling each dimension to unit variance would blow up the many that are nearly
+    /// constant in training (0 after the ReLUs) and overfit to them. Each epoch, `gradient(logits, bias)`
+    /// replaces the n × outputs logits (bias not yet added) with the loss gradient per logit, in place; the
+    /// bias gradient is their column sum. The standardisation is folded into the returned weights, so they
+    /// apply to raw embeddings. Shared by ``HeadTrainer`` (softmax) and ``InstrumentHeadTrainer`` (one
+    /// logistic output per family).
+    static func fitLinear(_ rows: [[Float]], outputs k: Int, d: Int, epochs: Int, learningRate: Float, weightDecay: Float,
+                          gradient: (_ logits: inout [Float], _ bias: [Float]) -> Void) -> (weights: [Float], bias: [Float]) {
+        let n = rows.count
+        var mean = [Float](repeating: 0, count: d)
+        for r in rows { for j in 0..<d { mean[j] += r[j] } }
+        for j in 0..<d { mean[j] /= Float(n) }
+        var z = [Float](repeating: 0, count: n * d)
+        var sq: Float = 0
+        for (i, r) in rows.enumerated() { for j in 0..<d { let v = r[j] - mean[j]; z[i * d + j] = v; sq += v * v } }
+        let scale = max(1e-3, (sq / Float(n * d)).squareRoot())
+        for i in z.indices { z[i] /= scale }
+
+        var w = [Float](repeating: 0, count: k * d), b = [Float](repeating: 0, count: k)
+        var mw = w, vw = w, mb = b, vb = b
+        let (beta1, beta2, eps): (Float, Float, Float) = (0.9, 0.999, 1e-8)
+        var logits = [Float](repeating: 0, count: n * k)
+        var gw = [Float](repeating: 0, count: k * d)
+        for epoch in 1...max(1, epochs) {
+            // logits = Z·Wᵀ; G = ∂loss/∂logits; ∇W = Gᵀ·Z, ∇b = column sums of G.
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(n), Int32(k), Int32(d), 1, z, Int32(d), w, Int32(d),
+                        0, &logits, Int32(k))
+            gradient(&logits, b)
+            var gb = [Float](repeating: 0, count: k)
+            for i in 0..<n { for f in 0..<k { gb[f] += logits[i * k + f] } }
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Int32(k), Int32(d), Int32(n), 1, logits, Int32(k), z, Int32(d),
                         0, &gw, Int32(d))
             let t = Float(epoch)
             let c1 = 1 - powf(beta1, t), c2 = 1 - powf(beta2, t)
@@ -159,18 +171,18 @@ public enum HeadTrainer {
                 vw[i] = beta2 * vw[i] + (1 - beta2) * g * g
                 w[i] -= learningRate * (mw[i] / c1) / ((vw[i] / c2).squareRoot() + eps)
             }
-            for k in b.indices {
-                mb[k] = beta1 * mb[k] + (1 - beta1) * gb[k]
-                vb[k] = beta2 * vb[k] + (1 - beta2) * gb[k] * gb[k]
-                b[k] -= learningRate * (mb[k] / c1) / ((vb[k] / c2).squareRoot() + eps)
+            for f in b.indices {
+                mb[f] = beta1 * mb[f] + (1 - beta1) * gb[f]
+                vb[f] = beta2 * vb[f] + (1 - beta2) * gb[f] * gb[f]
+                b[f] -= learningRate * (mb[f] / c1) / ((vb[f] / c2).squareRoot() + eps)
             }
         }
-        // Fold the standardisation in: w·(x − μ)/σ + b = (w/σ)·x + (b − Σ w μ/σ).
+        // Fold the standardisation in: w·(x − μ)/s + b = (w/s)·x + (b − Σ w μ/s).
         var raw = w, rawBias = b
-        for k in 0..<labels {
+        for f in 0..<k {
             for j in 0..<d {
-                raw[k * d + j] = w[k * d + j] / std[j]
-                rawBias[k] -= w[k * d + j] * mean[j] / std[j]
+                raw[f * d + j] = w[f * d + j] / scale
+                rawBias[f] -= w[f * d + j] * mean[j] / scale
             }
         }
         return (raw, rawBias)

@@ -1,4 +1,3 @@
-import COpenBLAS
 import Foundation
 
 /// Trains an ``InstrumentHead``: one logistic output per family on the sound model's window embeddings,
@@ -100,7 +99,7 @@ public enum InstrumentHeadTrainer {
                             let ranges = hysteresisRanges(zip(zip(clip.starts, clip.ends), curve[f]).map { ($0.0, $0.1, Double($1)) },
                                                           onset: on, offset: on * share, bridge: InstrumentActivity.bridge,
                                                           minimumDuration: InstrumentActivity.minimumDuration)
-                            let found = coveredFrames(ranges, count: clip.frames[f].count)
+                            let found = InstrumentActivity.coveredFrames(ranges, count: clip.frames[f].count)
                             let w = clip.isMix ? 1 : Double(options.soloWeight)
                             for (x, t) in zip(found, clip.frames[f]) {
                                 if x && t { tp += w } else if x { fp += w } else if t { fn += w }
@@ -128,14 +127,6 @@ public enum InstrumentHeadTrainer {
         return (head, Report(outOfFoldF: chosen.f, trainingWindows: clips.reduce(0) { $0 + $1.embeddings.count }))
     }
 
-    /// Frames [i, i+1) of `count` that `ranges` cover for at least half a second.
-    static func coveredFrames(_ ranges: [TimeRange], count: Int) -> [Bool] {
-        (0..<count).map { i in
-            let a = Double(i), b = Double(i + 1)
-            return ranges.reduce(0) { $0 + max(0, min(b, $1.end) - max(a, $1.start)) } >= 0.5
-        }
-    }
-
     static func apply(_ w: [Float], _ b: [Float], _ embeddings: [[Float]], d: Int, k: Int) -> [[Float]] {
         InstrumentHead(name: "", description: "", model: "", embeddingSize: d, families: InstrumentFamily.allCases, weights: w, bias: b,
                        onset: [], offset: [], smoothing: 0).probabilities(embeddings)
@@ -152,17 +143,8 @@ public enum InstrumentHeadTrainer {
                 weight.append(clip.isMix ? 1 : options.soloWeight)
             }
         }
+        guard !rows.isEmpty else { return ([Float](repeating: 0, count: k * d), [Float](repeating: -10, count: k)) }
         let n = rows.count
-        guard n > 0 else { return ([Float](repeating: 0, count: k * d), [Float](repeating: -10, count: k)) }
-        var mean = [Float](repeating: 0, count: d)
-        for r in rows { for j in 0..<d { mean[j] += r[j] } }
-        for j in 0..<d { mean[j] /= Float(n) }
-        var z = [Float](repeating: 0, count: n * d)
-        var sq: Float = 0
-        for (i, r) in rows.enumerated() { for j in 0..<d { let v = r[j] - mean[j]; z[i * d + j] = v; sq += v * v } }
-        // One scale for all dimensions (see HeadTrainer.fitHead).
-        let scale = max(1e-3, (sq / Float(n * d)).squareRoot())
-        for i in z.indices { z[i] /= scale }
         // Positives weighted up (square root of the negative/positive ratio, at most 10) so rare families count.
         let totalWeight = weight.reduce(0, +)
         var posWeight = [Float](repeating: 1, count: k)
@@ -171,46 +153,17 @@ public enum InstrumentHeadTrainer {
             for i in 0..<n where y[i * k + f] > 0 { pos += weight[i] }
             posWeight[f] = pos > 0 ? min(10, max(1, ((totalWeight - pos) / pos).squareRoot())) : 1
         }
-        var w = [Float](repeating: 0, count: k * d), b = [Float](repeating: 0, count: k)
-        var mw = w, vw = w, mb = b, vb = b
-        let (beta1, beta2, eps): (Float, Float, Float) = (0.9, 0.999, 1e-8)
-        var logits = [Float](repeating: 0, count: n * k)
-        var gw = [Float](repeating: 0, count: k * d)
-        for epoch in 1...max(1, options.epochs) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(n), Int32(k), Int32(d), 1, z, Int32(d), w, Int32(d), 0, &logits, Int32(k))
-            var gb = [Float](repeating: 0, count: k)
+        let fit = HeadTrainer.fitLinear(rows, outputs: k, d: d, epochs: options.epochs, learningRate: options.learningRate,
+                                        weightDecay: options.weightDecay) { logits, b in
+            // Weighted cross-entropy of a logistic output per family.
             for i in 0..<n {
                 for f in 0..<k {
                     let p = 1 / (1 + expf(-(logits[i * k + f] + b[f])))
                     let t = y[i * k + f]
-                    let g = (p - t) * weight[i] * (t > 0 ? posWeight[f] : 1) / totalWeight
-                    logits[i * k + f] = g
-                    gb[f] += g
+                    logits[i * k + f] = (p - t) * weight[i] * (t > 0 ? posWeight[f] : 1) / totalWeight
                 }
             }
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Int32(k), Int32(d), Int32(n), 1, logits, Int32(k), z, Int32(d), 0, &gw, Int32(d))
-            let t = Float(epoch)
-            let c1 = 1 - powf(beta1, t), c2 = 1 - powf(beta2, t)
-            for i in w.indices {
-                let g = gw[i] + options.weightDecay * w[i]
-                mw[i] = beta1 * mw[i] + (1 - beta1) * g
-                vw[i] = beta2 * vw[i] + (1 - beta2) * g * g
-                w[i] -= options.learningRate * (mw[i] / c1) / ((vw[i] / c2).squareRoot() + eps)
-            }
-            for f in b.indices {
-                mb[f] = beta1 * mb[f] + (1 - beta1) * gb[f]
-                vb[f] = beta2 * vb[f] + (1 - beta2) * gb[f] * gb[f]
-                b[f] -= options.learningRate * (mb[f] / c1) / ((vb[f] / c2).squareRoot() + eps)
-            }
         }
-        // w·(x − μ)/s + b = (w/s)·x + (b − Σ w μ / s)
-        var raw = w, rawBias = b
-        for f in 0..<k {
-            for j in 0..<d {
-                raw[f * d + j] = w[f * d + j] / scale
-                rawBias[f] -= w[f * d + j] * mean[j] / scale
-            }
-        }
-        return (raw, rawBias)
+        return (fit.weights, fit.bias)
     }
 }
