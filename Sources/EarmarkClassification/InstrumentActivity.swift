@@ -116,6 +116,15 @@ public struct InstrumentActivity: Codable, Sendable, Equatable {
         }
     }
 
+    /// Which 1-s frames [i, i + 1) of `count` `ranges` cover for at least half a second: how activity is scored
+    /// against per-second truth (training the head, the benchmark).
+    public static func coveredFrames(_ ranges: [TimeRange], count: Int) -> [Bool] {
+        (0..<count).map { i in
+            let a = Double(i), b = Double(i + 1)
+            return ranges.reduce(0) { $0 + max(0, min(b, $1.end) - max(a, $1.start)) } >= 0.5
+        }
+    }
+
     /// YAMNet labels that say music is playing: Music, Musical instrument, and every family's labels.
     static let musicLabels: [Int] = Array(Set([132, 133] + InstrumentFamily.yamnetLabels.values.flatMap { $0 })).sorted()
     /// Music score (best of ``musicLabels``) from which a window counts fully; below, the head's probabilities
@@ -127,8 +136,10 @@ public struct InstrumentActivity: Codable, Sendable, Equatable {
         return min(1, m / Float(musicScore))
     }
 
-    static func ranges(_ curve: [FamilyActivity.Value], onset: Double = InstrumentActivity.onset,
-                       offset: Double = InstrumentActivity.offset) -> [TimeRange] {
+    /// Where `curve` rises to `onset` and stays at `offset` or more; ranges closer than ``bridge`` s are joined,
+    /// shorter than ``minimumDuration`` s dropped.
+    public static func ranges(_ curve: [FamilyActivity.Value], onset: Double = InstrumentActivity.onset,
+                              offset: Double = InstrumentActivity.offset) -> [TimeRange] {
         hysteresisRanges(curve.map { ($0.start, $0.end, $0.value) }, onset: onset, offset: offset, bridge: bridge,
                          minimumDuration: minimumDuration)
     }

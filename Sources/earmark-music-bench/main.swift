@@ -245,43 +245,6 @@ func runInstruments(path: String, model: SoundModel, head: InstrumentHead?, pace
     return run
 }
 
-/// Frames [i, i+1) of `count` that `ranges` cover for at least half a second.
-func coveredFrames(_ ranges: [TimeRange], count: Int) -> [Bool] {
-    var out = [Bool](repeating: false, count: count)
-    for i in 0..<count {
-        let a = Double(i), b = Double(i + 1)
-        out[i] = ranges.reduce(0) { $0 + max(0, min(b, $1.end) - max(a, $1.start)) } >= 0.5
-    }
-    return out
-}
-
-/// The same rule as InstrumentActivity's ranges (rise to `onset`, stay at `offset`, bridge 1 s, drop under 1 s),
-/// for the threshold sweep.
-func sweepRanges(_ curve: [FamilyActivity.Value], onset: Double, offset: Double) -> [TimeRange] {
-    var raw: [TimeRange] = []
-    var open: TimeRange?
-    for v in curve {
-        if let r = open, v.value >= offset {
-            open = TimeRange(start: r.start, end: v.end)
-        } else if let r = open {
-            raw.append(r)
-            open = v.value >= onset ? TimeRange(start: v.start, end: v.end) : nil
-        } else if v.value >= onset {
-            open = TimeRange(start: v.start, end: v.end)
-        }
-    }
-    if let r = open { raw.append(r) }
-    var joined: [TimeRange] = []
-    for r in raw {
-        if let last = joined.last, r.start - last.end <= InstrumentActivity.bridge {
-            joined[joined.count - 1].end = max(last.end, r.end)
-        } else {
-            joined.append(r)
-        }
-    }
-    return joined.filter { $0.end - $0.start >= InstrumentActivity.minimumDuration }
-}
-
 /// Per 1-s frame, the mean activity of the windows whose middle lies in it (the last value carried over).
 func frameValues(_ curve: [FamilyActivity.Value], count: Int) -> [Double] {
     var sum = [Double](repeating: 0, count: count), weight = [Double](repeating: 0, count: count)
@@ -424,7 +387,7 @@ if !instrumentData.isEmpty {
             let truth = t.families[fam].map { $0.active.map { $0 != 0 } } ?? [Bool](repeating: false, count: n)
             let activity = f.activity.families.first { $0.family == fam }
             let ranges = activity?.activeRanges ?? []
-            let found = coveredFrames(ranges, count: n)
+            let found = InstrumentActivity.coveredFrames(ranges, count: n)
             frame[fam, default: Counts()].add(found: found, truth: Array(truth.prefix(n)))
             let truthStarts = t.families[fam]?.ranges.map { $0[0] } ?? []
             segHits[fam, default: 0] += onsetHits(found: ranges.map(\.start), truth: truthStarts)
@@ -441,7 +404,7 @@ if !instrumentData.isEmpty {
             }
             if sweep, let curve = activity?.activity {
                 for o in sweepOnsets {
-                    sweepCounts[o, default: [:]][fam, default: Counts()].add(found: coveredFrames(sweepRanges(curve, onset: o, offset: o / 2), count: n),
+                    sweepCounts[o, default: [:]][fam, default: Counts()].add(found: InstrumentActivity.coveredFrames(InstrumentActivity.ranges(curve, onset: o, offset: o / 2), count: n),
                                                                                truth: truth)
                 }
             }
@@ -482,7 +445,7 @@ if !instrumentData.isEmpty {
             let s = try runInstruments(path: truthFamily.solo, model: model, head: instrumentHead, pace: false)
             cpuUsed += cpuSeconds() - t1
             seconds += s.activity.duration
-            let found = coveredFrames(s.activity.families.first { $0.family == fam }?.activeRanges ?? [], count: n)
+            let found = InstrumentActivity.coveredFrames(s.activity.families.first { $0.family == fam }?.activeRanges ?? [], count: n)
             var c = Counts()
             c.add(found: found, truth: truth)
             soloN[fam, default: 0] += 1
@@ -490,7 +453,7 @@ if !instrumentData.isEmpty {
             soloFrames[fam, default: Counts()].add(found: found, truth: truth)
             var others: [String] = []
             for other in s.activity.families where other.family != fam {
-                let o = coveredFrames(other.activeRanges, count: n)
+                let o = InstrumentActivity.coveredFrames(other.activeRanges, count: n)
                 let k = zip(o, truth).filter { $0 && $1 }.count
                 if k > 0 {
                     soloFalse[fam, default: [:]][other.family, default: 0] += 1
@@ -502,7 +465,7 @@ if !instrumentData.isEmpty {
                 for o in sweepOnsets {
                     var e = sweepSolo[o] ?? (own: Counts(), falseFrames: 0, trueFrames: 0)
                     for g in s.activity.families {
-                        let found = coveredFrames(sweepRanges(g.activity, onset: o, offset: o / 2), count: n)
+                        let found = InstrumentActivity.coveredFrames(InstrumentActivity.ranges(g.activity, onset: o, offset: o / 2), count: n)
                         if g.family == fam { e.own.add(found: found, truth: truth) } else { e.falseFrames += zip(found, truth).filter { $0 && $1 }.count }
                     }
                     e.trueFrames += truth.filter { $0 }.count
