@@ -32,6 +32,12 @@ final class FramedSpectrum {
     var duration: Double { Double(samplesIn) / sampleRate }
 
     /// Appends samples at the input rate; `frame` gets the power spectrum (bins 0…fftSize/2) of each frame completed.
+    /// The pitch class (0 = C … 11 = B, A4 = 440 Hz) nearest to `frequency` Hz; the chroma of the beat
+    /// tracker and the structure analyser fold their bins this way.
+    static func pitchClass(of frequency: Double) -> Int {
+        ((Int((69 + 12 * log2(frequency / 440)).rounded()) % 12) + 12) % 12
+    }
+
     func append(_ samples: [Float], frame: ([Float]) -> Void) {
         feed(resampler.process(samples), frame: frame)
     }

@@ -135,12 +135,13 @@ public final class LoudnessMeter {
 
     /// Everything measured so far.
     public func result() -> LoudnessResult {
-        var peak = -Double.infinity, truePeak = -Double.infinity
+        var peak = -Double.infinity
         for c in 0..<channels {
             var p = 0.0
             if ebur128_sample_peak(state, UInt32(c), &p) == 0 { peak = max(peak, p) }
         }
-        truePeak = max(peak, Double(truePeakMeter.channelPeaks.max() ?? 0))
+        // The meter's peaks include the samples themselves.
+        let truePeak = Double(truePeakMeter.channelPeaks.max() ?? 0)
         func dB(_ x: Double) -> Double? { x > 0 && x.isFinite ? 20 * log10(x) : nil }
         let integrated = finite { ebur128_loudness_global(state, &$0) }
         return LoudnessResult(

@@ -69,9 +69,15 @@ public final class BeatTracker {
         let binHz = BeatTracker.sampleRate / Double(BeatTracker.fftSize)
         edges = BeatTracker.logBandEdges(count: BeatTracker.bandCount, top: 5000, binHz: binHz)
         fineEdges = BeatTracker.logBandEdges(count: BeatTracker.fineBandCount, top: 5500, binHz: binHz)
-        pitchClass = BeatTracker.chromaBins.map { k in
-            let midi = 69 + 12 * log2(Double(k) * binHz / 440)
-            return ((Int(midi.rounded()) % 12) + 12) % 12
+        pitchClass = BeatTracker.chromaBins.map { FramedSpectrum.pitchClass(of: Double($0) * binHz) }
+    }
+
+    /// log(1 + gain · E) of each band's energy E, band b being bins `edges[b]..<edges[b + 1]` below `limit`.
+    static func logBandEnergies(_ power: [Float], edges: [Int], upTo limit: Int, gain: Float) -> [Float] {
+        (0..<(edges.count - 1)).map { b in
+            var s: Float = 0
+            for k in edges[b]..<min(edges[b + 1], limit) { s += power[k] }
+            return logf(1 + gain * s)
         }
     }
 
@@ -86,12 +92,7 @@ public final class BeatTracker {
 
     private func addFrame(_ power: [Float]) {
         let n = BeatTracker.fftSize
-        var bands = [Float](repeating: 0, count: BeatTracker.bandCount)
-        for b in 0..<BeatTracker.bandCount {
-            var s: Float = 0
-            for k in edges[b]..<min(edges[b + 1], n / 2) { s += power[k] }
-            bands[b] = logf(1 + 1e4 * s)
-        }
+        let bands = BeatTracker.logBandEnergies(power, edges: edges, upTo: n / 2, gain: 1e4)
         if let prev = previousBands {
             var total: Float = 0, low: Float = 0
             for b in 0..<BeatTracker.bandCount {
@@ -106,12 +107,7 @@ public final class BeatTracker {
             lowFlux.append(0)
         }
         previousBands = bands
-        var fine = [Float](repeating: 0, count: BeatTracker.fineBandCount)
-        for b in 0..<BeatTracker.fineBandCount {
-            var s: Float = 0
-            for k in fineEdges[b]..<min(fineEdges[b + 1], n / 2) { s += power[k] }
-            fine[b] = logf(1 + 100 * s)
-        }
+        let fine = BeatTracker.logBandEnergies(power, edges: fineEdges, upTo: n / 2, gain: 100)
         var total: Float = 0
         if let prev = previousFine {
             for b in 0..<BeatTracker.fineBandCount { total += max(0, fine[b] - prev[b]) }

@@ -64,8 +64,7 @@ public final class StructureAnalyzer {
         let binHz = StructureAnalyzer.sampleRate / Double(n)
         pitchClassOfBin = (0...(n / 2)).map { k in
             let f = Double(k) * binHz
-            guard f >= 55, f <= 2_000 else { return -1 }
-            return ((Int((69 + 12 * log2(f / 440)).rounded()) % 12) + 12) % 12
+            return f >= 55 && f <= 2_000 ? FramedSpectrum.pitchClass(of: f) : -1
         }
         let bands = StructureAnalyzer.melBands
         func mel(_ f: Double) -> Double { 2595 * log10(1 + f / 700) }
@@ -145,11 +144,7 @@ public final class StructureAnalyzer {
 
     /// Foote novelty on the cosine self-similarity of the blocks: a Gaussian-tapered checkerboard kernel
     /// of half-width `w` blocks slid along the diagonal. Similarities are computed inside the kernel's band
-    /// only, so memory stays linear in the length of the piece.
-    static func novelty(_ x: [[Double]], halfWidth w: Int) -> [Double] {
-        novelty(unit: unitVectors(x), halfWidth: w)
-    }
-
+    /// only, so memory stays linear in the length of the piece. `unit`: the blocks scaled to unit length.
     static func novelty(unit: [[Double]], halfWidth w: Int) -> [Double] {
         let n = unit.count
         let taper = (-w..<w).map { exp(-0.5 * pow((Double($0) + 0.5) / (0.5 * Double(w)), 2)) }
@@ -221,9 +216,8 @@ public final class StructureAnalyzer {
     /// Section boundaries (block indices): peaks of the ±4-s novelty, each scored by the ±16-s novelty near it
     /// minus half its repetition and a fifth of its rhythm similarity (8 s either side); those scoring at
     /// least -0.05, strongest first, 8 s apart and 6 s from the ends.
-    static func sectionBoundaries(_ x: [[Double]], flux: [Double]) -> [Int] {
-        let bd = blockDuration, n = x.count
-        let unit = unitVectors(x)
+    static func sectionBoundaries(unit: [[Double]], flux: [Double]) -> [Int] {
+        let bd = blockDuration, n = unit.count
         let short = novelty(unit: unit, halfWidth: Int(4 / bd))
         let wide = novelty(unit: unit, halfWidth: Int(16 / bd))
         let radius = Int(2 / bd), edge = 6 / bd
@@ -269,8 +263,9 @@ public final class StructureAnalyzer {
         guard x.count >= 8 else { return nil }
         let bd = StructureAnalyzer.blockDuration
         let edge = Int(4 / bd)  // no segment boundary within 4 s of either end
-        let sectionCuts = StructureAnalyzer.sectionBoundaries(x, flux: flux).map { Double($0) * bd }
-        let finer = StructureAnalyzer.peaks(StructureAnalyzer.novelty(x, halfWidth: Int(3 / bd)), radius: Int(8 / bd), k: 0.5, gap: Int(2 / bd))
+        let unit = StructureAnalyzer.unitVectors(x)
+        let sectionCuts = StructureAnalyzer.sectionBoundaries(unit: unit, flux: flux).map { Double($0) * bd }
+        let finer = StructureAnalyzer.peaks(StructureAnalyzer.novelty(unit: unit, halfWidth: Int(3 / bd)), radius: Int(8 / bd), k: 0.5, gap: Int(2 / bd))
             .filter { $0 >= edge && $0 <= x.count - edge }.map { Double($0) * bd }
         let segmentCuts = (finer + sectionCuts)
             .sorted().reduce(into: [Double]()) { out, t in if out.last.map({ t - $0 >= 1.5 }) ?? true { out.append(t) } }

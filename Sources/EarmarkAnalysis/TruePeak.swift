@@ -38,7 +38,7 @@ public final class TruePeakMeter {
         }
         let beta = 7.0
         var phases: [[Float]] = []
-        for p in 1..<max(2, factor) where p < factor {
+        for p in 1..<factor {
             let d = Double(p) / Double(factor)
             var c = (0..<TruePeakMeter.taps).map { i -> Double in
                 let t = Double(i - half + 1) - d  // sample position relative to the interpolated point

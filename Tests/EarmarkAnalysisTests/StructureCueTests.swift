@@ -48,7 +48,7 @@ struct StructureCueTests {
         let jitter = Self.noise(n, dims: 12, seed: 7)
         let x = (0..<n).map { i in zip(i < 65 ? base1 : base2, jitter[i]).map { $0 + 0.2 * $1 } }
         let flux = Self.pulses(65 * StructureAnalyzer.framesPerBlock, period: 6) + Self.pulses(65 * StructureAnalyzer.framesPerBlock, period: 11)
-        let cuts = StructureAnalyzer.sectionBoundaries(x, flux: flux)
+        let cuts = StructureAnalyzer.sectionBoundaries(unit: StructureAnalyzer.unitVectors(x), flux: flux)
         #expect(cuts.count == 1 && abs(cuts[0] - 65) <= 2, "\(cuts)")
     }
 }
