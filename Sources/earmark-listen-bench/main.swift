@@ -109,23 +109,23 @@ let overlapping: Set<[Int64]> = Set((FileManager.default.fileExists(atPath: over
 let sameMusic = { (a: Int64, b: Int64) -> Bool in a == b || overlapping.contains([a, b]) }
 
 let babble = try AudioFileReader.readAll(path: o.babble)
-var negativeAudio: [[Float]] = []
-var negativeSeconds = 0.0
-for n in negatives where negativeSeconds < o.negativeMinutes * 60 {
-    let audio = try AudioFileReader.readAll(path: n["path"]!)
-    let keep = min(audio.count, Int((o.negativeMinutes * 60 - negativeSeconds) * Double(sr)))
-    negativeAudio.append(Array(audio[..<keep]))
-    negativeSeconds += Double(keep) / Double(sr)
+/// The first `seconds` of the `count` tracks `load` gives, back to back: whole tracks, the last one cut
+/// short; tracks past that are not loaded.
+func firstSeconds(_ seconds: Double, of count: Int, _ load: (Int) throws -> [Float]) rethrows -> [[Float]] {
+    var out: [[Float]] = []
+    var total = 0.0
+    for i in 0..<count where total < seconds {
+        let audio = try load(i)
+        let keep = min(audio.count, Int((seconds - total) * Double(sr)))
+        out.append(Array(audio[..<keep]))
+        total += Double(keep) / Double(sr)
+    }
+    return out
 }
+let negativeAudio = try firstSeconds(o.negativeMinutes * 60, of: negatives.count) { try AudioFileReader.readAll(path: negatives[$0]["path"]!) }
 // Lead-ins before catalog tracks and the memory stream's non-catalog part come from the first 15
 // minutes, whatever --negative-minutes says, so those figures do not move with it.
-var leadAudio: [[Float]] = []
-var leadSeconds = 0.0
-for audio in negativeAudio where leadSeconds < 15 * 60 {
-    let keep = min(audio.count, Int((15 * 60 - leadSeconds) * Double(sr)))
-    leadAudio.append(Array(audio[..<keep]))
-    leadSeconds += Double(keep) / Double(sr)
-}
+let leadAudio = firstSeconds(15 * 60, of: negativeAudio.count) { negativeAudio[$0] }
 
 
 /// Feeds `samples` to a fresh StreamMatcher in 0.1-s buffers; returns the events and the processing time.
