@@ -1,3 +1,4 @@
+import EarmarkAnalysis
 import EarmarkTestSupport
 import Foundation
 import Testing
@@ -28,20 +29,6 @@ struct RenderedPiecesTests {
         return (dir, truth)
     }
 
-    /// Share of the true beats (or bars) with an estimate within ±70 ms, each estimate used once.
-    func fMeasure(_ estimated: [Double], _ reference: [Double]) -> Double {
-        var used = Set<Int>(), hits = 0
-        for r in reference {
-            if let i = estimated.indices.first(where: { !used.contains($0) && abs(estimated[$0] - r) <= 0.07 }) {
-                used.insert(i)
-                hits += 1
-            }
-        }
-        guard !estimated.isEmpty, !reference.isEmpty else { return 0 }
-        let p = Double(hits) / Double(estimated.count), r = Double(hits) / Double(reference.count)
-        return p + r > 0 ? 2 * p * r / (p + r) : 0
-    }
-
     @Test("key, tempo, beats, bars and instruments match the score", arguments: ["march", "waltz"])
     func piece(name: String) throws {
         let (dir, truths) = try RenderedPiecesTests.renders.get()
@@ -60,8 +47,8 @@ struct RenderedPiecesTests {
         #expect(rhythm["beatsPerBar"] as? Int == truth.beatsPerBar)
         let reference = (0..<truth.beats).map { Double($0) * truth.beatPeriod }
         let downbeats = stride(from: 0, to: truth.beats, by: truth.beatsPerBar).map { Double($0) * truth.beatPeriod }
-        let beatF = fMeasure(rhythm["beats"] as! [Double], reference)
-        let barF = fMeasure(rhythm["bars"] as! [Double], downbeats)
+        let beatF = BeatTracker.fMeasure(estimated: rhythm["beats"] as! [Double], reference: reference)
+        let barF = BeatTracker.fMeasure(estimated: rhythm["bars"] as! [Double], reference: downbeats)
         #expect(beatF >= 0.9, "beat F \(beatF)")
         #expect(barF >= 0.8, "downbeat F \(barF)")
 
