@@ -244,6 +244,33 @@ struct SoundModelFileTests {
 
 @Suite("Instrument activity: the shipped instrument head")
 struct InstrumentHeadTests {
+    @Test("a damaged, truncated or foreign head file is refused with a clear error")
+    func damagedHead() throws {
+        let good = try InstrumentHead.shipped.get().fileData()
+        var json = try JSONSerialization.jsonObject(with: good) as! [String: Any]
+        func edited(_ key: String, _ value: Any) throws -> Data {
+            var j = json
+            j[key] = value
+            return try JSONSerialization.data(withJSONObject: j)
+        }
+        let cases: [(String, Data)] = [
+            ("truncated", good.prefix(good.count / 2)),
+            ("not JSON", Data("MThd".utf8)),
+            ("another format", try edited("format", 99)),
+            ("an unknown family", try edited("families", ["drums", "kazoo"])),
+            ("weights of the wrong size", try edited("weights", Data([0, 0, 128, 63]).base64EncodedString())),
+            ("thresholds missing", try edited("onset", [0.5])),
+        ]
+        for (what, data) in cases {
+            #expect(throws: SoundModelError.self, "\(what)") { try InstrumentHead(data: data) }
+            do { _ = try InstrumentHead(data: data) } catch let e as SoundModelError {
+                #expect(e.code == .inconsistent && e.message.hasPrefix("instrument head:"), "\(what): \(e.message)")
+            }
+        }
+        json["format"] = 1
+        #expect(try InstrumentHead(data: try JSONSerialization.data(withJSONObject: json)).families == InstrumentFamily.allCases)
+    }
+
     @Test("the shipped head loads, reads YAMNet's embeddings, round-trips, finds a family in real music and none in silence")
     func shippedHead() throws {
         let head = try InstrumentHead.shipped.get()
