@@ -5,6 +5,7 @@
 #   $DIR/reference/*.flac|*.ogg   6 tracks (≥ 60 s each) that tests put into a catalog
 #   $DIR/negative/*.flac|*.ogg    2 tracks of other music that must not match them
 #   $DIR/speech/*.flac             real recorded speech (telephone prompts, 8 kHz) that must not match either
+#   $DIR/babble/babble.flac        60 s of six espeak-ng talkers at once (babble noise to mix over music)
 #   $DIR/SOURCES.tsv               where every file came from
 #   $DIR/READY                     written last, when everything above is complete (first line: set version)
 #
@@ -18,7 +19,7 @@ set -euo pipefail
 home=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
 DIR=${EARMARK_TEST_AUDIO:-$home/.cache/earmark-test-audio}
 # Bump when the set changes; a folder made by another version is rebuilt.
-SET_VERSION="earmark-test-audio 3"
+SET_VERSION="earmark-test-audio 4"
 
 ready() { [ -f "$DIR/READY" ] && [ "$(head -n 1 "$DIR/READY")" = "$SET_VERSION" ]; }
 
@@ -27,7 +28,7 @@ if ready; then
   exit 0
 fi
 
-for tool in apt-get dpkg-deb ffmpeg ffprobe flock; do
+for tool in apt-get dpkg-deb ffmpeg ffprobe flock espeak-ng; do
   command -v "$tool" >/dev/null || { echo "test-audio.sh: $tool is missing (run tools/setup.sh)" >&2; exit 1; }
 done
 
@@ -113,10 +114,31 @@ prompts=root/usr/share/asterisk/sounds/en_US_f_Allison
 convert "$prompts/demo-instruct.gsm" out/speech/demo-instruct.flac 0 100 "$SPEECH_PACKAGE" 60
 convert "$prompts/priv-callee-options.gsm" out/speech/priv-callee-options.flac 0 100 "$SPEECH_PACKAGE" 30
 
+# Babble: six synthetic talkers (voice, speed, text differ) summed, each repeated to fill 60 s.
+mkdir -p out/babble talkers
+voices=(en-gb en-us en+f2 en-us+m4 en+f5 en+m3)
+texts=(
+  "The train to the coast leaves at half past nine, so we should pack the bags tonight and sleep early."
+  "Could you tell me where the museum is? I think I took the wrong turn after the bridge near the market."
+  "Numbers for the third quarter look better than expected, although shipping costs rose again in March."
+  "My grandmother grew tomatoes, beans and tall yellow sunflowers behind the old stone house every summer."
+  "Please remember to switch off the lights, lock the back door and feed the cat before you go to work."
+  "After the rain stopped, the children ran outside to jump in the puddles and look for snails on the path."
+)
+inputs=()
+for i in "${!voices[@]}"; do
+  espeak-ng -v "${voices[$i]}" -s $((140 + 9 * i)) -w "talkers/$i.wav" "${texts[$i]} ${texts[$(( (i + 1) % 6 ))]}"
+  inputs+=(-stream_loop -1 -i "talkers/$i.wav")
+done
+ffmpeg -nostdin -hide_banner -loglevel error "${inputs[@]}" \
+  -filter_complex "amix=inputs=${#voices[@]}:duration=longest:normalize=0" -t 60 -ac 1 -ar 44100 -c:a flac out/babble/babble.flac
+printf '%s\t%s\t%s\t%s\t%s\n' babble/babble.flac espeak-ng "six talkers: ${voices[*]}" 0 60 >>out/SOURCES.tsv
+dpkg-query -W --showformat='${Package}\t${Version}\n' espeak-ng >>versions.txt
+
 cp versions.txt out/PACKAGES.txt
 rm -f "$DIR/READY"
-rm -rf "$DIR/reference" "$DIR/negative" "$DIR/speech"
-mv out/reference out/negative out/speech out/SOURCES.tsv out/PACKAGES.txt "$DIR/"
+rm -rf "$DIR/reference" "$DIR/negative" "$DIR/speech" "$DIR/babble"
+mv out/reference out/negative out/speech out/babble out/SOURCES.tsv out/PACKAGES.txt "$DIR/"
 { echo "$SET_VERSION"; date -u +%Y-%m-%dT%H:%M:%SZ; } >"$DIR/READY"
 log "ready"
 echo "$DIR"

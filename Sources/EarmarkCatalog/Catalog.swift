@@ -532,12 +532,14 @@ public final class Catalog {
         return try s.step() ? s.int64(0) : 0
     }
 
-    /// Peak constellation blob: per peak, varint(frame − previous frame) and one byte (bin − minBin).
+    /// Peak constellation blob: per peak of rank below ``SignatureConfiguration/queryRankLimit`` (the
+    /// deep-pass peaks of a signature are never verified against), varint(frame − previous frame) and
+    /// one byte (bin − minBin).
     static func encodePeaks(_ peaks: [Peak], configuration: SignatureConfiguration) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(peaks.count * 2 + 16)
         var last: UInt32 = 0
-        for p in peaks {
+        for p in peaks where Int(p.rank) < configuration.queryRankLimit {
             Varint.append(UInt64(p.frame - last), to: &out)
             out.append(UInt8(clamping: Int(p.bin) - configuration.minBin))
             last = p.frame

@@ -6,9 +6,11 @@ import Foundation
 public struct MatchOptions: Sendable, Equatable {
     /// A match needs at least this many time-aligned distinct landmark hashes. Default 4.
     public var minimumHits: Int
-    /// … and an evidence of at least this: the peak-verification significance (−log₁₀ of the chance
-    /// probability, corrected for the candidates tried), plus ``hashBonus`` when at least
-    /// ``supportingHits`` distinct hashes align. Default 7; calibrated on negative clips (see README).
+    /// … and an evidence of at least this, in decades (−log₁₀ of a chance probability, corrected for the
+    /// candidates, offsets and skews tried): the larger of the peak-verification evidence, plus
+    /// ``hashBonus`` when at least ``supportingHits`` distinct hashes align, and the coverage evidence
+    /// (how many half-second blocks of the query hold aligned hashes). Default 7; calibrated on negative
+    /// clips (see README).
     public var minimumSignificance: Double
     /// Aligned distinct hashes that count as supporting evidence. Default 10.
     public var supportingHits: Int
@@ -28,6 +30,13 @@ public struct MatchOptions: Sendable, Equatable {
     /// Whether a strong match that covers under 60 % of the query still tries the skews (a skewed clip can
     /// line up over a short stretch). Streams turn it off: there a track often fills only part of the window.
     public var skewWhenPartial = true
+    /// Whether a clip without a decisive match is searched again with its deeper peaks
+    /// (``SignatureConfiguration/deepRankLimit``), which finds music under loud speech. Default true.
+    public var deepPass = true
+    /// A match at least this significant ends the search as is: no deep pass and no skews. Default 12
+    /// (the default ``minimumSignificance`` plus 5 decades). Kept apart from the threshold so that
+    /// calibration runs, which accept everything, search exactly as real ones do.
+    public var decisiveSignificance: Double = 12
     /// The number of skews the whole search covers when ``skewTrials`` holds only one slice of it (a stream
     /// spreads the grid over its attempts); the significance is charged for all of them. nil: `skewTrials.count`.
     public var skewSearchSize: Int? = nil
@@ -147,7 +156,9 @@ public struct MatchResult: Sendable, Codable, Equatable {
 /// strong peaks have a reference peak within ±1 frame and ±1 bin, against the Poisson expectation from
 /// the reference's own per-bin density in that window. −log₁₀ of that tail, corrected for the
 /// candidates, offsets and skews tried, plus a bonus for many aligned hashes, is the significance
-/// that decides a match (see ``MatchOptions``). Weak or missing matches retry under ``Skew``s.
+/// that decides a match (see ``MatchOptions``), unless the aligned hashes' coverage of the query is
+/// the stronger evidence. Weak or missing matches retry with the signature's deeper peaks (loud
+/// speech outranks the music's), then under ``Skew``s.
 public final class Matcher {
     public let catalog: Catalog
     public var options: MatchOptions
@@ -181,10 +192,18 @@ public final class Matcher {
         if preloadsIndex, queries == 2 { try catalog.preloadIndex() }
         // Stored peaks do not depend on the skew, so one decode per track serves every trial.
         peakCache.removeAll(keepingCapacity: true)
-        let plain = try matchOnce(signature, trials: 1)
+        var plain = try matchOnce(signature, trials: 1)
+        let strong = options.decisiveSignificance
+        // Speech over music: the music's peaks are there but rank behind the voices', so the first pass
+        // finds few of its hashes. The deep pass pairs the signature's weaker peaks too; it costs two or
+        // three times the first, so only clips without a strong match pay for it. Like every extra
+        // search, it needs the supporting number of aligned hashes.
+        if options.deepPass, (plain.matches.first?.significance ?? -.infinity) < strong {
+            let deep = try matchOnce(signature, trials: 2, minimumHits: options.supportingHits, role: .deepQuery)
+            if let d = deep.matches.first, d.significance > plain.matches.first?.significance ?? -.infinity { plain = deep }
+        }
         // A skewed clip can still line up weakly over a short stretch; an unskewed match is strong and
         // covers most of the clip. Anything less also tries the skews, and the more significant result wins.
-        let strong = options.minimumSignificance + 5
         let weak = plain.matches.first.map {
             $0.significance < strong || (options.skewWhenPartial && ($0.queryEnd - $0.queryStart) < 0.6 * signature.duration)
         } ?? true
@@ -304,8 +323,9 @@ public final class Matcher {
         return Signature(configurationVersion: signature.configurationVersion, duration: signature.duration * skew.time, peaks: peaks)
     }
 
-    private func matchOnce(_ signature: Signature, trials: Int, minimumHits: Int? = nil) throws -> MatchResult {
-        let landmarks = Landmarks.extract(from: signature, role: .query, configuration: configuration)
+    private func matchOnce(_ signature: Signature, trials: Int, minimumHits: Int? = nil,
+                           role: LandmarkRole = .query) throws -> MatchResult {
+        let landmarks = Landmarks.extract(from: signature, role: role, configuration: configuration)
         // Query landmarks sorted by hash; `first[h]` is the index of the first one with hash h (or −1).
         let sorted = landmarks.sorted { ($0.hash, $0.frame) < ($1.hash, $1.frame) }
         var distinct: [UInt32] = []
@@ -372,7 +392,10 @@ public final class Matcher {
             let alternatives = tried.filter { $0.offset != t.offset && v.evidence > 0 && $0.evidence >= 0.9 * v.evidence }
                 .map { Double($0.offset) * fd }
             let verification = v.evidence - log10(Double(max(1, considered.count) * tried.count * trials))
-            let significance = verification + (t.hits >= options.supportingHits ? options.hashBonus : 0)
+            let significance = max(verification + (t.hits >= options.supportingHits ? options.hashBonus : 0),
+                                   Matcher.coverageEvidence(hits[t.range], offset: t.offset, trackDuration: track.duration,
+                                                            queryDuration: signature.duration, frameDuration: fd,
+                                                            tests: considered.count * trials))
             let runnerUp = rank == 0 ? (considered.count > 1 ? considered[1].hits : 0) : considered[0].hits
             guard t.hits >= (minimumHits ?? options.minimumHits), v.matched >= options.minimumVerifiedPeaks,
                   significance >= options.minimumSignificance else { continue }
@@ -405,6 +428,23 @@ public final class Matcher {
         if matches.count > options.maximumMatches { matches.removeLast(matches.count - options.maximumMatches) }
         return MatchResult(matches: matches, queryDuration: signature.duration, queryLandmarks: landmarks.count,
                            candidateHits: hits.count)
+    }
+
+    /// Evidence (decades, corrected for the offset cells and `tests`) from how many half-second blocks of
+    /// the query hold a hash aligned at `offset`. Loud speech hides most of the music's strong peaks, so
+    /// peak verification is weak, while the deep pass still aligns dozens of hashes all along the clip.
+    /// Raw hash counts would not do: unrelated music with the same chord struck in time aligns a burst
+    /// of distinct hashes within a fraction of a second. Counting blocks turns a burst into one.
+    /// Under chance, blocks with an aligned hash are at most the aligned hashes, which are Poisson with
+    /// the track's mean hits per 3-frame cell, so that tail bounds the blocks' chance.
+    static func coverageEvidence(_ trackHits: ArraySlice<Hit>, offset: Int, trackDuration: Double, queryDuration: Double,
+                                 frameDuration fd: Double, tests: Int) -> Double {
+        let cells = max(1, (trackDuration + queryDuration) / fd / 3)
+        let lambda = Double(trackHits.count) / cells
+        var blocks = Set<UInt32>()
+        let blockFrames = UInt32(max(1, (0.5 / fd).rounded()))
+        for h in trackHits where abs(Int(h.offset) - offset) <= 1 { blocks.insert(h.qframe / blockFrames) }
+        return -Matcher.log10PoissonTail(k: blocks.count, lambda: lambda) - log10(cells * Double(max(1, tests)))
     }
 
     /// Second stage: how many of the query's strong peaks have a reference peak within ±1 frame and ±1 bin

@@ -18,6 +18,9 @@ public enum LandmarkRole: Sendable {
     /// Query side: a denser superset of peaks paired with every target in the zone, so that each
     /// reference pair of the same audio is also made here, even when noise hides some peaks.
     case query
+    /// Query side, deeper still (``SignatureConfiguration/deepRankLimit``): for clips where louder
+    /// sound (speech) outranks the music's peaks.
+    case deepQuery
 }
 
 /// Pairs a signature's peaks into landmark hashes.
@@ -36,8 +39,11 @@ public enum Landmarks {
     /// Landmarks of `signature` for `role`, ordered by anchor frame.
     public static func extract(from signature: Signature, role: LandmarkRole,
                                configuration: SignatureConfiguration = .current) -> [Landmark] {
-        let limit = role == .reference ? configuration.referenceRankLimit : configuration.queryRankLimit
-        let fanout = role == .reference ? configuration.referenceFanout : configuration.queryFanout
+        let (limit, fanout) = switch role {
+        case .reference: (configuration.referenceRankLimit, configuration.referenceFanout)
+        case .query: (configuration.queryRankLimit, configuration.queryFanout)
+        case .deepQuery: (configuration.deepRankLimit, configuration.deepFanout)
+        }
         let peaks = signature.peaks.filter { Int($0.rank) < limit }
         var out: [Landmark] = []
         out.reserveCapacity(peaks.count * min(fanout, 8))

@@ -147,7 +147,7 @@ final class PeakPicker {
     /// Ranks every candidate whose frame is ≤ `limit` (all its ±rankRadius neighbours are known).
     private func rank(upTo limit: Int) {
         let radius = config.rankRadius
-        let cap = config.queryRankLimit
+        let cap = config.deepRankLimit
         var lo = 0
         candidates.withUnsafeBufferPointer { c in
             while firstUnranked < c.count, Int(c[firstUnranked].frame) <= limit {

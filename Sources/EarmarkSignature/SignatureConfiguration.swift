@@ -1,7 +1,9 @@
 /// Every tunable of the signature algorithm, in one versioned value.
 ///
-/// Changing any field changes the hashes a catalog holds, so it is a new ``version``: a catalog
-/// records the version it was built with and refuses signatures of another.
+/// Changing a field that shapes what a catalog holds (peaks, ranks up to ``queryRankLimit``, reference
+/// landmarks) is a new ``version``: a catalog records the version it was built with and refuses
+/// signatures of another. The deep-query fields only add weaker peaks to signatures and query pairs,
+/// which catalogs never store.
 public struct SignatureConfiguration: Sendable, Equatable, Codable {
     /// Algorithm version stored in catalogs and signature files.
     public var version: UInt16
@@ -26,8 +28,12 @@ public struct SignatureConfiguration: Sendable, Equatable, Codable {
     public var rankRadius: Int
     /// Reference (catalog) peaks: rank below this. Default 14, ≈ 14 peaks per second.
     public var referenceRankLimit: Int
-    /// Query peaks: rank below this; a superset of the reference peaks. Default 36.
+    /// Query peaks: rank below this; a superset of the reference peaks. Catalogs store each track's
+    /// peaks up to this rank for verification. Default 36.
     public var queryRankLimit: Int
+    /// Signatures keep peaks up to this rank, for the deep query pass: under loud speech the music's
+    /// peaks survive but rank behind the voices' (most fall between 36 and 100). Default 100.
+    public var deepRankLimit: Int
     /// Landmark pairs join an anchor with targets 1…maxPairFrames frames later. Default 63 (0.63 s).
     public var maxPairFrames: Int
     /// … and at most maxPairBins bins above or below it. Default 63.
@@ -36,6 +42,8 @@ public struct SignatureConfiguration: Sendable, Equatable, Codable {
     public var referenceFanout: Int
     /// Query anchors pair with up to `queryFanout` targets (strongest first). Default 24.
     public var queryFanout: Int
+    /// Deep-pass query anchors pair with up to this many targets. Default 48.
+    public var deepFanout: Int
     /// Reference landmarks repeating an identical hash within this many frames are dropped. Default 100 (1 s).
     public var repeatSuppressionFrames: Int
 
@@ -43,8 +51,8 @@ public struct SignatureConfiguration: Sendable, Equatable, Codable {
     public static let current = SignatureConfiguration(
         version: 1, sampleRate: 44_100, fftSize: 2048, hop: 441, minBin: 12, maxBin: 187,
         peakTimeRadius: 4, peakBinRadius: 3, levelFloor: -50, rankRadius: 50,
-        referenceRankLimit: 14, queryRankLimit: 36, maxPairFrames: 63, maxPairBins: 63,
-        referenceFanout: 3, queryFanout: 24, repeatSuppressionFrames: 100)
+        referenceRankLimit: 14, queryRankLimit: 36, deepRankLimit: 100, maxPairFrames: 63, maxPairBins: 63,
+        referenceFanout: 3, queryFanout: 24, deepFanout: 48, repeatSuppressionFrames: 100)
 
     /// Seconds per STFT frame.
     public var frameDuration: Double { Double(hop) / sampleRate }
@@ -54,8 +62,8 @@ public struct SignatureConfiguration: Sendable, Equatable, Codable {
         guard fftSize >= 256, fftSize & (fftSize - 1) == 0, hop > 0, hop <= fftSize,
               minBin >= 1, maxBin > minBin, maxBin <= fftSize / 2, maxBin - minBin <= 256,
               maxPairFrames >= 1, maxPairFrames <= 63, maxPairBins >= 0, maxPairBins <= 63,
-              referenceRankLimit >= 1, queryRankLimit >= referenceRankLimit, queryRankLimit <= 65_535,
-              referenceFanout >= 1, queryFanout >= referenceFanout
+              referenceRankLimit >= 1, queryRankLimit >= referenceRankLimit, deepRankLimit >= queryRankLimit,
+              deepRankLimit <= 65_535, referenceFanout >= 1, queryFanout >= referenceFanout, deepFanout >= queryFanout
         else { throw SignatureError(.invalidConfiguration, "signature configuration \(version) is inconsistent") }
     }
 }

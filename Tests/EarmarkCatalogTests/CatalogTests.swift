@@ -100,6 +100,27 @@ struct CatalogContentTests {
         }
     }
 
+    @Test("a track keeps its peaks ranked below queryRankLimit; a signature's deeper peaks are not stored")
+    func storedPeakRanks() throws {
+        let dir = try TemporaryDirectory("peak-ranks")
+        let catalog = try Catalog(path: dir.path("ranks.earcat"), create: true)
+        let limit = catalog.configuration.queryRankLimit
+        var rng = SeededRandom(seed: 3)
+        let peaks = makePeaks(seed: 3, count: 800).map { p in
+            var q = p
+            q.rank = UInt16.random(in: 0..<UInt16(catalog.configuration.deepRankLimit), using: &rng)
+            return q
+        }
+        guard case .added(let t) = try catalog.add(NewTrack(title: "R", duration: 30, contentHash: "r"),
+                                                   landmarks: makeLandmarks(seed: 3, count: 100), peaks: peaks)
+        else { throw TestSupportError("not added") }
+        let kept = peaks.filter { Int($0.rank) < limit }
+        #expect(kept.count > 100 && kept.count < peaks.count - 100)
+        let stored = try catalog.peaks(trackID: t.id)
+        #expect(stored.map(\.frame) == kept.map(\.frame))
+        #expect(stored.map(\.bin) == kept.map(\.bin))
+    }
+
     @Test("lookup returns the postings of the asked hashes' buckets, and only those")
     func lookupReturnsBuckets() throws {
         let f = try TwoTrackCatalog()

@@ -67,6 +67,39 @@ struct MatchingTests {
         expectMatch(try f.match(SignatureGenerator.signature(of: noisy)), stem, offset: offset, fixture: f)
     }
 
+    /// `clean` with 10 s of the test set's babble (six synthetic talkers) mixed in at `snrDB`.
+    func babbled(_ clean: [Float], snrDB: Double, from offset: Double, fixture f: MatchingFixture) throws -> [Float] {
+        let dir = try TemporaryDirectory("babble")
+        let babble = dir.file("babble.wav")
+        try Fixtures.cut(f.audio.babble, start: 7 + offset / 3, seconds: 10, to: babble)
+        let noisy = Signal.mixing(try Fixtures.decode(babble), into: clean, snrDB: snrDB)
+        let noise = zip(noisy, clean).map { $0 - $1 }
+        #expect(abs(20 * log10(Signal.rms(clean) / Signal.rms(noise)) - snrDB) < 0.1)
+        return noisy
+    }
+
+    @Test("a clip under six talkers at once (babble, 5 dB SNR) matches", arguments: clipCases)
+    func babbleClip(stem: String, offset: Double) async throws {
+        let f = try await MatchingFixture.shared.value()
+        let dir = try TemporaryDirectory("babble-clip")
+        let noisy = try babbled(try Fixtures.decode(try f.clip(stem, at: offset, into: dir)), snrDB: 5, from: offset, fixture: f)
+        expectMatch(try f.match(SignatureGenerator.signature(of: noisy)), stem, offset: offset, fixture: f)
+    }
+
+    @Test("under louder babble (−2 dB SNR) the deep pass finds music the first pass misses",
+          arguments: clipCases.filter { ["sorcerer", "pingus-6"].contains($0.stem) })
+    func deepPass(stem: String, offset: Double) async throws {
+        let f = try await MatchingFixture.shared.value()
+        let dir = try TemporaryDirectory("babble-deep")
+        let noisy = try babbled(try Fixtures.decode(try f.clip(stem, at: offset, into: dir)), snrDB: -2, from: offset, fixture: f)
+        let signature = SignatureGenerator.signature(of: noisy)
+        let matcher = Matcher(catalog: try Catalog(path: f.path, readOnly: true))
+        expectMatch(try matcher.match(signature), stem, offset: offset, fixture: f)
+        matcher.options.deepPass = false
+        let shallow = try matcher.match(signature)
+        #expect(shallow.matches.isEmpty, "without the deep pass: \(shallow.matches.map { "\($0.track.title ?? "?") sig \($0.significance)" })")
+    }
+
     @Test("a clip that went through MP3 (ffmpeg, 128 kb/s) still matches", arguments: clipCases)
     func mp3Clip(stem: String, offset: Double) async throws {
         let f = try await MatchingFixture.shared.value()
@@ -218,6 +251,44 @@ struct SpanningMatchingTests {
         #expect(matchA.queryStart < 1 && matchA.queryEnd <= 6.5, "A covers \(matchA.queryStart)–\(matchA.queryEnd)")
         #expect(matchB.queryStart >= 4 && matchB.queryEnd > 9, "B covers \(matchB.queryStart)–\(matchB.queryEnd)")
         #expect(result.matches.count == 2, "extra matches: \(result.matches.map { $0.track.title ?? "?" })")
+    }
+}
+
+@Suite("Coverage evidence")
+struct CoverageEvidenceTests {
+    /// One track's hits: `aligned` hashes at offset 1000 spread over `span` query frames, among 3,000 others
+    /// scattered over the track's other offsets.
+    static func hits(aligned: Int, span: Int) -> [Hit] {
+        var out: [Hit] = []
+        var state: UInt64 = 7
+        func next() -> UInt64 { state = state &* 6364136223846793005 &+ 1442695040888963407; return state >> 33 }
+        for k in 0..<aligned {
+            out.append(Hit(key: Hit.key(track: 1, offset: 1000), qframe: UInt32(k * span / aligned), hash: UInt32(k)))
+        }
+        for k in 0..<3000 {
+            let offset = Int32(next() % 30_000)
+            guard abs(offset - 1000) > 2 else { continue }
+            out.append(Hit(key: Hit.key(track: 1, offset: offset), qframe: UInt32(next() % 1000), hash: UInt32(100 + k)))
+        }
+        Hit.sort(&out)
+        return out
+    }
+
+    func evidence(_ hits: [Hit]) -> Double {
+        Matcher.coverageEvidence(hits[...], offset: 1000, trackDuration: 300, queryDuration: 10, frameDuration: 0.01, tests: 8)
+    }
+
+    @Test("hashes aligned all along the query are strong evidence; the same number in one burst is not")
+    func spreadBeatsBurst() {
+        let spread = evidence(Self.hits(aligned: 20, span: 1000))
+        let burst = evidence(Self.hits(aligned: 20, span: 40))
+        #expect(spread > 15, "spread \(spread)")
+        #expect(burst < 3, "burst \(burst)")
+    }
+
+    @Test("no aligned hashes give no evidence")
+    func nothingAligned() {
+        #expect(evidence(Self.hits(aligned: 0, span: 1000)) <= 0)
     }
 }
 

@@ -77,6 +77,19 @@ struct SignatureValidationTests {
         #expect(signatureError { try enough.validateForMatching() } == nil)
     }
 
+    @Test("a signature keeps peaks ranked up to deepRankLimit; the shallower ranks are the same peaks as without them")
+    func deepPeaks() async throws {
+        let m = Signal.slice(try await music.value(), start: 0, seconds: 10)
+        let current = SignatureConfiguration.current
+        let deep = SignatureGenerator.signature(of: m).peaks
+        var shallowConfiguration = current
+        shallowConfiguration.deepRankLimit = current.queryRankLimit
+        let shallow = SignatureGenerator.signature(of: m, configuration: shallowConfiguration).peaks
+        #expect(deep.allSatisfy { Int($0.rank) < current.deepRankLimit })
+        #expect(deep.count(where: { Int($0.rank) >= current.queryRankLimit }) > deep.count / 3)
+        #expect(deep.filter { Int($0.rank) < current.queryRankLimit } == shallow)
+    }
+
     @Test("a signature of another algorithm version is .versionMismatch")
     func otherVersion() async throws {
         var sig = SignatureGenerator.signature(of: Signal.slice(try await music.value(), start: 0, seconds: 3))

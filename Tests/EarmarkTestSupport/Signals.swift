@@ -49,6 +49,12 @@ public enum Signal {
         return zip(signal, noise).map { $0 + $1 }
     }
 
+    /// `signal` plus `noise` (as long as `signal` or longer) scaled so that signal power / noise power is `snrDB` decibels.
+    public static func mixing(_ noise: [Float], into signal: [Float], snrDB: Double) -> [Float] {
+        let gain = Float(rms(signal) / pow(10, snrDB / 20) / max(1e-12, rms(noise.prefix(signal.count))))
+        return zip(signal, noise).map { $0 + gain * $1 }
+    }
+
     /// Frequency of a (roughly) pure tone from its upward zero crossings, with linear interpolation
     /// between samples; uses the middle of the signal to skip filter edges.
     public static func toneFrequency(_ x: [Float], sampleRate: Double) -> Double {

@@ -11,6 +11,8 @@ public struct TestAudioSet: Sendable {
     public var negative: [URL]
     /// Real recorded speech (not in any catalog), sorted by file name.
     public var speech: [URL]
+    /// 60 s of six synthetic talkers at once (espeak-ng): babble noise to mix over music.
+    public var babble: URL
 
     /// The reference track whose file name (without extension) is `stem`.
     public func reference(_ stem: String) throws -> URL {
@@ -52,8 +54,9 @@ public enum TestAudio {
                 .filter { !$0.hasPrefix(".") }.sorted().map { folder.appendingPathComponent($0) }
         }
         let set = TestAudioSet(root: dir, reference: try list("reference"), negative: try list("negative"),
-                               speech: try list("speech"))
-        guard set.reference.count >= 4, set.negative.count >= 2, set.speech.count >= 1 else {
+                               speech: try list("speech"), babble: dir.appendingPathComponent("babble/babble.flac"))
+        guard set.reference.count >= 4, set.negative.count >= 2, set.speech.count >= 1,
+              FileManager.default.fileExists(atPath: set.babble.path) else {
             throw TestSupportError("test audio in \(dir.path) is incomplete; delete it and rerun tools/test-audio.sh")
         }
         return set
