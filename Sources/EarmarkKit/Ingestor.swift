@@ -98,7 +98,7 @@ public struct Ingestor: Sendable {
                 let model = analyze ? soundModel : nil
                 group.addTask {
                     do {
-                        let f = try Fingerprinter.fingerprint(path: path, configuration: configuration,
+                        let f = try Fingerprinter.fingerprint(path: path, configuration: configuration.forCatalog,
                                                               analyses: analyze ? .all(sound: model) : Analyses())
                         if f.signature.duration < 1 {
                             throw SignatureError(.signatureDurationInvalid, "too short to index (\(f.signature.duration) s)")

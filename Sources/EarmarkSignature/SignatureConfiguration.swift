@@ -54,6 +54,14 @@ public struct SignatureConfiguration: Sendable, Equatable, Codable {
         referenceRankLimit: 14, queryRankLimit: 36, deepRankLimit: 100, maxPairFrames: 63, maxPairBins: 63,
         referenceFanout: 3, queryFanout: 24, deepFanout: 48, repeatSuppressionFrames: 100)
 
+    /// This configuration for indexing: the same algorithm (and version), without the deep-pass peaks,
+    /// which catalogs never store (less memory and ranking work on long files).
+    public var forCatalog: SignatureConfiguration {
+        var c = self
+        c.deepRankLimit = queryRankLimit
+        return c
+    }
+
     /// Seconds per STFT frame.
     public var frameDuration: Double { Double(hop) / sampleRate }
 
