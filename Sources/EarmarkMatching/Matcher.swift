@@ -33,10 +33,10 @@ public struct MatchOptions: Sendable, Equatable {
     /// Whether a clip without a decisive match is searched again with its deeper peaks
     /// (``SignatureConfiguration/deepRankLimit``), which finds music under loud speech. Default true.
     public var deepPass = true
-    /// A match at least this significant ends the search as is: no deep pass and no skews. Default 12
-    /// (the default ``minimumSignificance`` plus 5 decades). Kept apart from the threshold so that
-    /// calibration runs, which accept everything, search exactly as real ones do.
-    public var decisiveSignificance: Double = 12
+    /// A match at least this significant ends the search as is: no deep pass and no skews. nil (the
+    /// default): ``minimumSignificance`` plus 5 decades. Calibration runs, which accept everything, set it
+    /// so that they search exactly as real ones do.
+    public var decisiveSignificance: Double? = nil
     /// The number of skews the whole search covers when ``skewTrials`` holds only one slice of it (a stream
     /// spreads the grid over its attempts); the significance is charged for all of them. nil: `skewTrials.count`.
     public var skewSearchSize: Int? = nil
@@ -193,7 +193,7 @@ public final class Matcher {
         // Stored peaks do not depend on the skew, so one decode per track serves every trial.
         peakCache.removeAll(keepingCapacity: true)
         var plain = try matchOnce(signature, trials: 1)
-        let strong = options.decisiveSignificance
+        let strong = options.decisiveSignificance ?? options.minimumSignificance + 5
         // Speech over music: the music's peaks are there but rank behind the voices', so the first pass
         // finds few of its hashes. The deep pass pairs the signature's weaker peaks too; it costs two or
         // three times the first, so only clips without a strong match pay for it. Like every extra

@@ -99,6 +99,7 @@ let queries = Array(readTSV(o.queries + "/queries.tsv").prefix(o.limit))
 let matcher = Matcher(catalog: catalog)
 if let v = ProcessInfo.processInfo.environment["EARMARK_VERIFY_RANK"].flatMap(Int.init) { matcher.options.verifyRankLimit = v }
 if o.open {
+    matcher.options.decisiveSignificance = matcher.options.minimumSignificance + 5
     matcher.options.minimumSignificance = -1e9
     matcher.options.minimumHits = 0
     matcher.options.minimumVerifiedPeaks = 0
