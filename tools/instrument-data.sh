@@ -210,14 +210,9 @@ log "downloading ${PACKAGES[*]}"
 download "${PACKAGES[@]}"
 printf 'package\tversion\tdeb_bytes\n' >packages.tsv
 mkdir -p out/licenses
+unpack_debs packages.tsv "${PACKAGES[@]}"
 for pkg in "${PACKAGES[@]}"; do
-  debs=("$work/${pkg}"_*.deb)
-  [ -f "${debs[0]}" ] || die "apt-get download left no .deb for $pkg"
-  mkdir -p "$work/root/$pkg"
-  dpkg-deb -x "${debs[0]}" "$work/root/$pkg" || die "cannot unpack ${debs[0]}"
-  printf '%s\t%s\n' "$(dpkg-deb -W --showformat='${Package}\t${Version}' "${debs[0]}")" "$(stat -c %s "${debs[0]}")" >>packages.tsv
   cp "$work/root/$pkg/usr/share/doc/$pkg/copyright" "out/licenses/$pkg.copyright" 2>/dev/null || true
-  rm -f "${debs[0]}"
 done
 for pkg in "${RENDER_PACKAGES[@]}"; do
   printf '%s\t0\n' "$(dpkg-query -W -f='${Package}\t${Version}' "$pkg")" >>packages.tsv

@@ -299,14 +299,7 @@ if [ "$truth_only" = 0 ]; then
   log "downloading ${BEAT_PACKAGES[*]}"
   download "${BEAT_PACKAGES[@]}"
   printf 'package\tversion\tdeb_bytes\n' >packages.tsv
-  for pkg in "${BEAT_PACKAGES[@]}"; do
-    debs=("$work/${pkg}"_*.deb)
-    [ -f "${debs[0]}" ] || die "apt-get download left no .deb for $pkg"
-    mkdir -p "$work/root/$pkg"
-    dpkg-deb -x "${debs[0]}" "$work/root/$pkg" || die "cannot unpack ${debs[0]}"
-    printf '%s\t%s\n' "$(dpkg-deb -W --showformat='${Package}\t${Version}' "${debs[0]}")" "$(stat -c %s "${debs[0]}")" >>packages.tsv
-    rm -f "${debs[0]}"
-  done
+  unpack_debs packages.tsv "${BEAT_PACKAGES[@]}"
   for pkg in "${RENDER_PACKAGES[@]}"; do
     printf '%s\t0\n' "$(dpkg-query -W -f='${Package}\t${Version}' "$pkg")" >>packages.tsv
   done

@@ -18,6 +18,21 @@ download() {
   apt-get download "$@" >download.log 2>&1 || { cat download.log >&2; die "apt-get download $* failed"; }
 }
 
+# unpack_debs TSV PKG…: unpacks each PKG_*.deb that download left in $work into $work/root/PKG,
+# appends "package<TAB>version<TAB>deb bytes" to TSV and deletes the .deb.
+unpack_debs() {
+  local tsv=$1 pkg debs
+  shift
+  for pkg in "$@"; do
+    debs=("$work/${pkg}"_*.deb)
+    [ -f "${debs[0]}" ] || die "apt-get download left no .deb for $pkg"
+    mkdir -p "$work/root/$pkg"
+    dpkg-deb -x "${debs[0]}" "$work/root/$pkg" || die "cannot unpack ${debs[0]}"
+    printf '%s\t%s\n' "$(dpkg-deb -W --showformat='${Package}\t${Version}' "${debs[0]}")" "$(stat -c %s "${debs[0]}")" >>"$tsv"
+    rm -f "${debs[0]}"
+  done
+}
+
 installed() { [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]; }
 
 # The synthesizer and the sound font.
