@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   pkg-config libfftw3-dev libsndfile1-dev libsqlite3-dev libsoxr-dev libopus-dev libogg-dev
   libpulse-dev pulseaudio pulseaudio-utils libebur128-dev libopenblas-dev python3 python3-venv
-  sox libsox-fmt-all ffmpeg sqlite3 ca-certificates espeak-ng
+  sox libsox-fmt-all ffmpeg sqlite3 ca-certificates espeak-ng xmp faketime
 )
 
 missing=()

@@ -12,14 +12,19 @@
 # DIR is $EARMARK_TEST_AUDIO, else ~/.cache/earmark-test-audio. Idempotent: with a READY of this
 # set version present it only prints DIR. Downloads about 24 MB (pingus-data 11.7 MB, asc-music
 # 10.3 MB, asterisk-core-sounds-en-gsm 2.4 MB); the finished set is about 50 MB. Needs apt-get (root only if the package lists must be
-# refreshed), dpkg-deb, ffmpeg (with libopenmpt, as Debian's is) and flock.
+# refreshed), dpkg-deb, ffmpeg, xmp, faketime, espeak-ng and flock (tools/setup.sh installs them).
+#
+# The set is the same, sample for sample, every time it is built: the tests assert exact offsets and
+# match events, and tracker players vary some notes at random (Impulse Tracker's random volume and
+# pan variation). ffmpeg's libopenmpt seeds that variation from the system's random device, so it is
+# not used; xmp (libxmp) seeds it from the clock, which faketime holds still while it renders.
 # Prints DIR on standard output; progress and errors go to standard error.
 set -euo pipefail
 
 home=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
 DIR=${EARMARK_TEST_AUDIO:-$home/.cache/earmark-test-audio}
 # Bump when the set changes; a folder made by another version is rebuilt.
-SET_VERSION="earmark-test-audio 4"
+SET_VERSION="earmark-test-audio 5"
 
 ready() { [ -f "$DIR/READY" ] && [ "$(head -n 1 "$DIR/READY")" = "$SET_VERSION" ]; }
 
@@ -28,7 +33,7 @@ if ready; then
   exit 0
 fi
 
-for tool in apt-get dpkg-deb ffmpeg ffprobe flock espeak-ng; do
+for tool in apt-get dpkg-deb ffmpeg ffprobe flock espeak-ng xmp faketime; do
   command -v "$tool" >/dev/null || { echo "test-audio.sh: $tool is missing (run tools/setup.sh)" >&2; exit 1; }
 done
 
@@ -47,7 +52,7 @@ trap 'rm -rf "$work"' EXIT
 # without its sandbox; the warning lands in download.log.
 cd "$work"
 
-REFERENCE_PACKAGE=pingus-data   # tracker music (GPL), rendered by ffmpeg's libopenmpt
+REFERENCE_PACKAGE=pingus-data   # tracker music (GPL), rendered by xmp
 NEGATIVE_PACKAGE=asc-music      # MP3 soundtrack of Advanced Strategic Command
 SPEECH_PACKAGE=asterisk-core-sounds-en-gsm   # voice prompts recorded by Allison Smith (CC-BY-SA-3.0)
 
@@ -77,10 +82,11 @@ done
 mkdir -p out/reference out/negative out/speech
 printf 'file\tpackage\tsource\tstart_s\tduration_s\n' >out/SOURCES.tsv
 
-# convert SRC DEST START MAXLEN PACKAGE [MINLEN]: decodes with ffmpeg, writes FLAC (source rate/channels)
-# or Ogg Vorbis (44.1 kHz), and insists on at least MINLEN (default 60) seconds of audio.
+# convert SRC DEST START MAXLEN PACKAGE [MINLEN [ORIGIN]]: decodes with ffmpeg, writes FLAC (source
+# rate/channels) or Ogg Vorbis (44.1 kHz), insists on at least MINLEN (default 60) seconds of audio and
+# records ORIGIN (default SRC) as the source.
 convert() {
-  local src=$1 dest=$2 start=$3 maxlen=$4 pkg=$5 minlen=${6:-60}
+  local src=$1 dest=$2 start=$3 maxlen=$4 pkg=$5 minlen=${6:-60} origin=${7:-$1}
   local codec
   case "$dest" in
     *.flac) codec=(-c:a flac) ;;
@@ -95,16 +101,25 @@ convert() {
     log "$dest is only $dur s long (need ≥ $minlen s)"
     return 1
   fi
-  printf '%s\t%s\t%s\t%s\t%.2f\n' "${dest#out/}" "$pkg" "${src#root}" "$start" "$dur" >>out/SOURCES.tsv
+  printf '%s\t%s\t%s\t%s\t%.2f\n' "${dest#out/}" "$pkg" "${origin#root}" "$start" "$dur" >>out/SOURCES.tsv
 }
 
-music=root/usr/share/games/pingus/data/music
-convert "$music/pingus-3.it" out/reference/pingus-3.ogg 0 100 "$REFERENCE_PACKAGE"
-convert "$music/pingus-4.it" out/reference/pingus-4.flac 0 100 "$REFERENCE_PACKAGE"
-convert "$music/pingus-5.it" out/reference/pingus-5.ogg 0 100 "$REFERENCE_PACKAGE"
-convert "$music/pingus-6.it" out/reference/pingus-6.flac 0 100 "$REFERENCE_PACKAGE"
-convert "$music/sorcerer.it" out/reference/sorcerer.flac 0 100 "$REFERENCE_PACKAGE"
-convert "$music/goin_march.it" out/reference/goin_march.ogg 0 100 "$REFERENCE_PACKAGE"
+# module NAME DEST: plays pingus-data's NAME.it once (at most 100 s) into a 48 kHz stereo WAV, with the
+# clock frozen so that its random variation is the same on every build, then converts that.
+mkdir -p rendered
+module() {
+  local src=root/usr/share/games/pingus/data/music/$1.it wav=rendered/$1.wav
+  faketime -f '2020-01-01 00:00:00' xmp --norc --nocmd --quiet --driver wav --frequency 48000 --time 100 \
+    --output-file "$wav" "$src" >xmp.log 2>&1 || { cat xmp.log >&2; return 1; }
+  [ -s "$wav" ] || { log "xmp rendered nothing from $src"; return 1; }
+  convert "$wav" "$2" 0 100 "$REFERENCE_PACKAGE" 60 "$src"
+}
+module pingus-3 out/reference/pingus-3.ogg
+module pingus-4 out/reference/pingus-4.flac
+module pingus-5 out/reference/pingus-5.ogg
+module pingus-6 out/reference/pingus-6.flac
+module sorcerer out/reference/sorcerer.flac
+module goin_march out/reference/goin_march.ogg
 
 asc=root/usr/share/games/asc/music
 convert "$asc/frontiers.mp3" out/negative/frontiers.ogg 30 90 "$NEGATIVE_PACKAGE"
@@ -133,7 +148,7 @@ done
 ffmpeg -nostdin -hide_banner -loglevel error "${inputs[@]}" \
   -filter_complex "amix=inputs=${#voices[@]}:duration=longest:normalize=0" -t 60 -ac 1 -ar 44100 -c:a flac out/babble/babble.flac
 printf '%s\t%s\t%s\t%s\t%s\n' babble/babble.flac espeak-ng "six talkers: ${voices[*]}" 0 60 >>out/SOURCES.tsv
-dpkg-query -W --showformat='${Package}\t${Version}\n' espeak-ng >>versions.txt
+dpkg-query -W --showformat='${Package}\t${Version}\n' espeak-ng xmp libxmp4 faketime >>versions.txt
 
 cp versions.txt out/PACKAGES.txt
 rm -f "$DIR/READY"

@@ -202,10 +202,15 @@ public final class Matcher {
             let deep = try matchOnce(signature, trials: 2, minimumHits: options.supportingHits, role: .deepQuery)
             if let d = deep.matches.first, d.significance > plain.matches.first?.significance ?? -.infinity { plain = deep }
         }
-        // A skewed clip can still line up weakly over a short stretch; an unskewed match is strong and
-        // covers most of the clip. Anything less also tries the skews, and the more significant result wins.
+        // A skewed clip can still line up over a short stretch, where its peaks have not yet drifted
+        // from the reference's, and that can be significant. An unskewed match is strong, covers most of
+        // the clip and, unless noise hides them, explains most of its strong peaks. Anything less also
+        // tries the skews, and the more significant result wins. (Under 30 % of the peaks and under 20
+        // decades holds 1 % of the benchmark's unskewed matches, so the extra searches cost little.)
         let weak = plain.matches.first.map {
-            $0.significance < strong || (options.skewWhenPartial && ($0.queryEnd - $0.queryStart) < 0.6 * signature.duration)
+            $0.significance < strong
+                || (options.skewWhenPartial && ($0.queryEnd - $0.queryStart) < 0.6 * signature.duration)
+                || (options.skewWhenPartial && Double($0.verifiedPeaks) < 0.3 * Double($0.queryPeaks) && $0.significance < strong + 8)
         } ?? true
         guard !options.skewTrials.isEmpty, weak else { return plain }
         // Nothing (or only a short stretch) as is: undo each candidate skew on the query's peaks (time × t, frequency ÷ f) and

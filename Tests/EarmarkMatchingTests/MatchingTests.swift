@@ -25,6 +25,15 @@ extension ReferenceCatalog {
         try Fixtures.cut(try audio.reference(stem), start: offset, seconds: seconds, to: url)
         return url
     }
+
+    /// Whether `match` puts a clip cut at `truth` s of `stem` (covering `seconds` of it) at the right place:
+    /// within 0.1 s of `truth`, or at a repeat of that music (the same samples, ``Signal/sameMusic``)
+    /// while listing `truth` among its alternative offsets, as a matcher that cannot tell them apart should.
+    func placed(_ match: Match, _ stem: String, truth: Double, seconds: Double = 10) throws -> Bool {
+        if abs(match.matchOffset - truth) <= 0.1 { return true }
+        guard match.alternativeOffsets.contains(where: { abs($0 - truth) <= 0.1 }) else { return false }
+        return Signal.sameMusic(try Fixtures.decode(try audio.reference(stem)), truth, match.matchOffset, seconds: seconds)
+    }
 }
 
 /// Where clips are cut: each reference track at a position inside the music.
@@ -42,7 +51,9 @@ struct MatchingTests {
                 "expected \(stem), got \(result.matches.map { "\($0.track.title ?? "?") @\($0.matchOffset) score \($0.score)" })",
                 sourceLocation: sourceLocation)
         if let best, best.track.id == fixture.ids[stem] {
-            #expect(abs(best.matchOffset - offset) <= 0.1, "offset \(best.matchOffset), expected \(offset)",
+            // A failure to decode the reference counts as misplaced.
+            #expect((try? fixture.placed(best, stem, truth: offset)) == true,
+                    "offset \(best.matchOffset) (alternatives \(best.alternativeOffsets)), expected \(offset)",
                     sourceLocation: sourceLocation)
         }
     }
@@ -86,18 +97,41 @@ struct MatchingTests {
         expectMatch(try f.match(SignatureGenerator.signature(of: noisy)), stem, offset: offset, fixture: f)
     }
 
-    @Test("under louder babble (−2 dB SNR) the deep pass finds music the first pass misses",
-          arguments: clipCases.filter { ["sorcerer", "pingus-6"].contains($0.stem) })
-    func deepPass(stem: String, offset: Double) async throws {
+    /// Louder babble over 24 clips: the deep pass has to find clips the first pass misses, lose none, and
+    /// name no wrong track. (Which clips need it depends on the music; the set is the same on every build.)
+    @Test("under louder babble (−3 dB SNR) the deep pass finds music the first pass misses")
+    func deepPass() async throws {
         let f = try await MatchingFixture.shared.value()
         let dir = try TemporaryDirectory("babble-deep")
-        let noisy = try babbled(try Fixtures.decode(try f.clip(stem, at: offset, into: dir)), snrDB: -2, from: offset, fixture: f)
-        let signature = SignatureGenerator.signature(of: noisy)
         let matcher = Matcher(catalog: try Catalog(path: f.path, readOnly: true))
-        expectMatch(try matcher.match(signature), stem, offset: offset, fixture: f)
-        matcher.options.deepPass = false
-        let shallow = try matcher.match(signature)
-        #expect(shallow.matches.isEmpty, "without the deep pass: \(shallow.matches.map { "\($0.track.title ?? "?") sig \($0.significance)" })")
+        var found = (deep: [String](), shallow: [String]())
+        for stem in ["pingus-5", "pingus-6", "sorcerer"] {
+            for offset in stride(from: 9.5, through: 55, by: 6.5) {
+                let noisy = try babbled(try Fixtures.decode(try f.clip(stem, at: offset, into: dir)), snrDB: -3, from: offset, fixture: f)
+                let signature = SignatureGenerator.signature(of: noisy)
+                for deep in [true, false] {
+                    matcher.options.deepPass = deep
+                    guard let best = try matcher.match(signature).matches.first else { continue }
+                    #expect(best.track.id == f.ids[stem], "\(stem) @\(offset) s matched \(best.track.title ?? "?") (deep pass: \(deep))")
+                    if best.track.id == f.ids[stem], try f.placed(best, stem, truth: offset) {
+                        if deep { found.deep.append("\(stem)@\(offset)") } else { found.shallow.append("\(stem)@\(offset)") }
+                    }
+                }
+            }
+        }
+        #expect(Set(found.shallow).isSubset(of: found.deep), "lost by the deep pass: \(Set(found.shallow).subtracting(found.deep))")
+        #expect(found.deep.count >= found.shallow.count + 3, "deep \(found.deep), first pass \(found.shallow)")
+    }
+
+    @Test("the test set's pingus-3 plays its 10–45 s again 48 s later (clips there have two true offsets)")
+    func repeatedMusic() async throws {
+        let f = try await MatchingFixture.shared.value()
+        let track = try Fixtures.decode(try f.audio.reference("pingus-3"))
+        #expect(Signal.sameMusic(track, 12, 60, seconds: 10))
+        #expect(Signal.sameMusic(track, 35, 83, seconds: 10))
+        #expect(!Signal.sameMusic(track, 35, 75, seconds: 10))
+        #expect(!Signal.sameMusic(track, 50, 90, seconds: 10))
+        #expect(!Signal.sameMusic(track, 2, 50, seconds: 10))
     }
 
     @Test("a clip that went through MP3 (ffmpeg, 128 kb/s) still matches", arguments: clipCases)
@@ -147,11 +181,14 @@ struct SpeedChangeTests {
         #expect(best.track.id == f.ids[stem])
         #expect(abs(best.frequencySkew - (rate - 1)) <= 0.005, "skew \(best.frequencySkew), expected \(rate - 1)")
         #expect(abs(best.timeScale - rate) <= 0.005)
-        #expect(abs(best.matchOffset - offset) <= 0.1, "offset \(best.matchOffset), expected \(offset)")
+        #expect(try f.placed(best, stem, truth: offset, seconds: 10 * rate),
+                "offset \(best.matchOffset) (alternatives \(best.alternativeOffsets)), expected \(offset)")
     }
 
+    /// pingus-3 at 40 s, 5 % slower, lines up as is over its last 6 s well enough for 16 decades from a
+    /// quarter of its peaks; that must not end the search before the tempo grid finds the whole clip.
     @Test("a tempo-only change (sox tempo) matches with timeScale ≈ the factor and no frequency skew",
-          arguments: [("pingus-3", 35.0, 1.05), ("sorcerer", 15.0, 0.95)])
+          arguments: [("pingus-3", 35.0, 1.05), ("sorcerer", 15.0, 0.95), ("pingus-3", 40.0, 0.95)])
     func tempoChanged(stem: String, offset: Double, rate: Double) async throws {
         let f = try await MatchingFixture.shared.value()
         let dir = try TemporaryDirectory("tempo")
@@ -162,7 +199,8 @@ struct SpeedChangeTests {
         #expect(best.track.id == f.ids[stem])
         #expect(abs(best.timeScale - rate) <= 0.01, "timeScale \(best.timeScale), expected \(rate)")
         #expect(abs(best.frequencySkew) <= 0.001)
-        #expect(abs(best.matchOffset - offset) <= 0.1, "offset \(best.matchOffset), expected \(offset)")
+        #expect(try f.placed(best, stem, truth: offset, seconds: 10 * rate),
+                "offset \(best.matchOffset) (alternatives \(best.alternativeOffsets)), expected \(offset)")
     }
 
     @Test("a pitch-only change of one semitone (sox pitch) matches with frequencySkew ≈ 2^(±1/12) − 1",
@@ -177,7 +215,8 @@ struct SpeedChangeTests {
         let expected = pow(2, Double(cents) / 1200) - 1
         #expect(best.track.id == f.ids[stem])
         #expect(abs(best.frequencySkew - expected) <= 0.005, "skew \(best.frequencySkew), expected \(expected)")
-        #expect(abs(best.matchOffset - offset) <= 0.1, "offset \(best.matchOffset), expected \(offset)")
+        #expect(try f.placed(best, stem, truth: offset),
+                "offset \(best.matchOffset) (alternatives \(best.alternativeOffsets)), expected \(offset)")
     }
 
     /// The grid and the hit-line slope can settle a step or two off; the re-measurement by peak evidence

@@ -122,3 +122,31 @@ public enum WAVFile {
         try write(channels: [samples], sampleRate: sampleRate, to: url, encoding: encoding)
     }
 }
+
+extension Signal {
+    /// Whether `seconds` of `track` (44.1 kHz mono) from `a` s and from `b` s are the same music: the two
+    /// stretches' samples correlate at `threshold` or more at the best lag within ±30 ms of b − a. Tracker
+    /// modules play whole patterns again, so a clip of one can have more than one true offset.
+    public static func sameMusic(_ track: [Float], _ a: Double, _ b: Double, seconds: Double,
+                                 threshold: Double = 0.95, sampleRate: Double = 44_100) -> Bool {
+        let start = [a, b].map { Int(($0 * sampleRate).rounded()) }
+        let search = Int(0.03 * sampleRate)
+        let length = min(Int(seconds * sampleRate), track.count - max(start[0], start[1]) - search)
+        guard start.allSatisfy({ $0 >= search }), length >= Int(sampleRate) else { return false }
+        return track.withUnsafeBufferPointer { x in
+            func correlation(lag: Int, from: Int, count: Int) -> Double {
+                var xy = 0.0, xx = 0.0, yy = 0.0
+                for i in from..<(from + count) {
+                    let p = Double(x[start[0] + i]), q = Double(x[start[1] + lag + i])
+                    xy += p * q; xx += p * p; yy += q * q
+                }
+                return xx > 0 && yy > 0 ? xy / (xx * yy).squareRoot() : 0
+            }
+            // The lag from half a second in the middle, then the whole stretch at that lag.
+            let probe = min(length, Int(sampleRate / 2))
+            let lag = (-search...search).max { correlation(lag: $0, from: (length - probe) / 2, count: probe)
+                < correlation(lag: $1, from: (length - probe) / 2, count: probe) }!
+            return correlation(lag: lag, from: 0, count: length) >= threshold
+        }
+    }
+}
