@@ -172,7 +172,7 @@ public final class Matcher {
         return b
     }()
     /// Decoded reference peaks of the candidates of the current query (all its skew trials).
-    private var peakCache: [Int64: ReferencePeaks] = [:]
+    private var peakCache: [Int64: PeakIndex] = [:]
     /// When true (the default), the second query copies the catalog's hash index into memory (see
     /// ``Catalog/preloadIndex(maximumBytes:)``): a one-off cost that later queries repay many times over.
     public var preloadsIndex = true
@@ -373,6 +373,7 @@ public final class Matcher {
         let considered = Array(perTrack.prefix(options.candidates).filter { $0.hits >= 3 })
         let tracks = try catalog.tracks(ids: considered.map(\.track))
         let strongQuery = strongPeaks(signature, skew: nil)
+        let queryIndex = PeakIndex(considered.isEmpty ? [] : signature.peaks.sorted { $0.frame < $1.frame }.map { ($0.frame, $0.bin) })
         func check(_ track: Int64, _ offset: Int) throws -> (matched: Int, tested: Int, evidence: Double) {
             try verifiedEvidence(strongQuery, trackID: track, offset: offset)
         }
@@ -396,8 +397,13 @@ public final class Matcher {
             // Repetitive music (loops, repeated choruses): offsets verified almost as well as the best.
             let alternatives = tried.filter { $0.offset != t.offset && v.evidence > 0 && $0.evidence >= 0.9 * v.evidence }
                 .map { Double($0.offset) * fd }
-            let verification = v.evidence - log10(Double(max(1, considered.count) * tried.count * trials))
-            let significance = max(verification + (t.hits >= options.supportingHits ? options.hashBonus : 0),
+            let tests = Double(max(1, considered.count) * tried.count * trials)
+            let verification = v.evidence - log10(tests)
+            let r = Matcher.reverseVerify(reference: try referencePeaks(t.track), query: queryIndex, offset: t.offset,
+                                          minBin: configuration.minBin, bandCount: configuration.maxBin - configuration.minBin)
+            // Charged for both directions of verification, as one more test.
+            let reverse = -Matcher.log10PoissonTail(k: r.matched, lambda: r.expected) - log10(2 * tests)
+            let significance = max(verification + (t.hits >= options.supportingHits ? options.hashBonus : 0), reverse,
                                    Matcher.coverageEvidence(hits[t.range], offset: t.offset, trackDuration: track.duration,
                                                             queryDuration: signature.duration, frameDuration: fd,
                                                             tests: considered.count * trials))
@@ -455,11 +461,7 @@ public final class Matcher {
     /// Second stage: how many of the query's strong peaks have a reference peak within ±1 frame and ±1 bin
     /// at `offset`, and how many would by chance, given how often the reference uses each bin in that window.
     func verify(_ query: [Peak], trackID: Int64, offset: Int) throws -> (matched: Int, tested: Int, expected: Double) {
-        let ref: ReferencePeaks
-        if let cached = peakCache[trackID] { ref = cached } else {
-            ref = ReferencePeaks(try catalog.peaks(trackID: trackID))
-            peakCache[trackID] = ref
-        }
+        let ref = try referencePeaks(trackID)
         guard ref.frameCount > 0 else { return (0, 0, 0) }
         let band = configuration.maxBin - configuration.minBin
         let lo = max(0, Int(query.first?.frame ?? 0) + offset - 1)
@@ -484,6 +486,45 @@ public final class Matcher {
             for k in ref.start[f - 1]..<ref.start[f + 2] where abs(Int(ref.bins[k]) - b) <= 1 {
                 matched += 1
                 break
+            }
+        }
+        return (matched, tested, expected)
+    }
+
+    private func referencePeaks(_ trackID: Int64) throws -> PeakIndex {
+        if let cached = peakCache[trackID] { return cached }
+        let ref = PeakIndex(try catalog.peaks(trackID: trackID))
+        peakCache[trackID] = ref
+        return ref
+    }
+
+    /// Verification the other way round: how many of the reference's peaks in the stretch the query
+    /// covers at `offset` have a query peak (of any rank the signature keeps) within ±1 frame and ±1 bin,
+    /// and how many would by chance. Loud speech pushes the music's peaks down the query's ranking but
+    /// mostly leaves them standing, so counting from the reference's side, whose peaks are all music,
+    /// still sees them. Chance comes from the query's peaks per frame and per bin taken as independent
+    /// margins: an onset puts peaks in many bins of one frame, and two pieces at one tempo line their
+    /// onsets up.
+    static func reverseVerify(reference ref: PeakIndex, query: PeakIndex, offset: Int, minBin: Int, bandCount: Int)
+        -> (matched: Int, tested: Int, expected: Double) {
+        let lo = max(0, offset + 1), hi = min(ref.frameCount - 1, offset + query.frameCount - 2)
+        guard lo <= hi, !query.bins.isEmpty else { return (0, 0, 0) }
+        var perBin = [Double](repeating: 0, count: bandCount + 2)  // padded by one bin each side
+        for b in query.bins { perBin[Int(b) - minBin + 1] += 1 }
+        let total = Double(query.bins.count)
+        func perFrame(_ f: Int) -> Double { Double(query.start[f + 1] - query.start[f]) }
+        var matched = 0, tested = 0, expected = 0.0
+        for r in lo...hi {
+            let f = r - offset
+            let near = perFrame(f - 1) + perFrame(f) + perFrame(f + 1)
+            for k in ref.start[r]..<ref.start[r + 1] {
+                let b = Int(ref.bins[k]), i = Int(ref.bins[k]) - minBin + 1
+                tested += 1
+                expected += 1 - exp(-near * (perBin[i - 1] + perBin[i] + perBin[i + 1]) / total)
+                for j in query.start[f - 1]..<query.start[f + 2] where abs(Int(query.bins[j]) - b) <= 1 {
+                    matched += 1
+                    break
+                }
             }
         }
         return (matched, tested, expected)
@@ -546,8 +587,8 @@ public final class Matcher {
     }
 }
 
-/// A track's peaks indexed by frame: the peaks of frame f are `bins[start[f]..<start[f + 1]]`.
-struct ReferencePeaks {
+/// Peaks (a track's or a query's) indexed by frame: the peaks of frame f are `bins[start[f]..<start[f + 1]]`.
+struct PeakIndex {
     var bins: [UInt16]
     var start: [Int]
     var frameCount: Int

@@ -97,9 +97,38 @@ struct MatchingTests {
         expectMatch(try f.match(SignatureGenerator.signature(of: noisy)), stem, offset: offset, fixture: f)
     }
 
+    /// The clip's 14 strongest peaks are mostly voices, so peak verification sees little of the music,
+    /// while most of the reference's peaks still stand among the clip's.
+    @Test("under babble (5 dB SNR) the reference's peaks are found among the clip's at the true offset only",
+          arguments: clipCases)
+    func reverseUnderBabble(stem: String, offset: Double) async throws {
+        let f = try await MatchingFixture.shared.value()
+        let dir = try TemporaryDirectory("babble-reverse")
+        let noisy = try babbled(try Fixtures.decode(try f.clip(stem, at: offset, into: dir)), snrDB: 5, from: offset, fixture: f)
+        let signature = SignatureGenerator.signature(of: noisy)
+        let query = PeakIndex(signature.peaks.sorted { $0.frame < $1.frame }.map { ($0.frame, $0.bin) })
+        let catalog = try Catalog(path: f.path, readOnly: true)
+        let config = SignatureConfiguration.current
+        func evidence(_ trackID: Int64, at seconds: Double) throws -> Double {
+            let r = Matcher.reverseVerify(reference: PeakIndex(try catalog.peaks(trackID: trackID)), query: query,
+                                          offset: Int((seconds / config.frameDuration).rounded()),
+                                          minBin: config.minBin, bandCount: config.maxBin - config.minBin)
+            return -Matcher.log10PoissonTail(k: r.matched, lambda: r.expected)
+        }
+        let truth = try evidence(f.ids[stem]!, at: offset)
+        #expect(truth > 12, "\(stem) @\(offset): \(truth) decades")
+        for (other, id) in f.ids {
+            for at in [5.0, 20.0, 50.0] where other != stem || abs(at - offset) > 1 {
+                let e = try evidence(id, at: at)
+                #expect(e < 4, "\(other) @\(at) for \(stem) @\(offset): \(e) decades")
+            }
+        }
+    }
+
     /// Louder babble over 24 clips: the deep pass has to find clips the first pass misses, lose none, and
-    /// name no wrong track. (Which clips need it depends on the music; the set is the same on every build.)
-    @Test("under louder babble (−3 dB SNR) the deep pass finds music the first pass misses")
+    /// name no wrong track. (Which clips need it depends on the music; the set is the same on every build:
+    /// 11 against 8 when this was written.)
+    @Test("under louder babble (−5 dB SNR) the deep pass finds music the first pass misses")
     func deepPass() async throws {
         let f = try await MatchingFixture.shared.value()
         let dir = try TemporaryDirectory("babble-deep")
@@ -107,7 +136,7 @@ struct MatchingTests {
         var found = (deep: [String](), shallow: [String]())
         for stem in ["pingus-5", "pingus-6", "sorcerer"] {
             for offset in stride(from: 9.5, through: 55, by: 6.5) {
-                let noisy = try babbled(try Fixtures.decode(try f.clip(stem, at: offset, into: dir)), snrDB: -3, from: offset, fixture: f)
+                let noisy = try babbled(try Fixtures.decode(try f.clip(stem, at: offset, into: dir)), snrDB: -5, from: offset, fixture: f)
                 let signature = SignatureGenerator.signature(of: noisy)
                 for deep in [true, false] {
                     matcher.options.deepPass = deep
@@ -120,7 +149,7 @@ struct MatchingTests {
             }
         }
         #expect(Set(found.shallow).isSubset(of: found.deep), "lost by the deep pass: \(Set(found.shallow).subtracting(found.deep))")
-        #expect(found.deep.count >= found.shallow.count + 3, "deep \(found.deep), first pass \(found.shallow)")
+        #expect(found.deep.count >= found.shallow.count + 2, "deep \(found.deep), first pass \(found.shallow)")
     }
 
     @Test("the test set's pingus-3 plays its 10–45 s again 48 s later (clips there have two true offsets)")
@@ -290,6 +319,53 @@ struct SpanningMatchingTests {
         #expect(matchA.queryStart < 1 && matchA.queryEnd <= 6.5, "A covers \(matchA.queryStart)–\(matchA.queryEnd)")
         #expect(matchB.queryStart >= 4 && matchB.queryEnd > 9, "B covers \(matchB.queryStart)–\(matchB.queryEnd)")
         #expect(result.matches.count == 2, "extra matches: \(result.matches.map { $0.track.title ?? "?" })")
+    }
+}
+
+@Suite("Reverse verification")
+struct ReverseVerificationTests {
+    static let minBin = 12, bands = 174
+
+    /// `count` peaks at random frames below `frames` and random bins (a fixed seed).
+    static func scatter(_ count: Int, frames: Int, seed: UInt64) -> [(frame: UInt32, bin: UInt16)] {
+        var rng = SeededRandom(seed: seed)
+        return (0..<count).map { _ in
+            (UInt32(rng.next() % UInt64(frames)), UInt16(minBin + Int(rng.next() % UInt64(bands))))
+        }.sorted { $0.frame < $1.frame }
+    }
+
+    static func evidence(reference: [(frame: UInt32, bin: UInt16)], query: [(frame: UInt32, bin: UInt16)], offset: Int) -> Double {
+        let r = Matcher.reverseVerify(reference: PeakIndex(reference), query: PeakIndex(query), offset: offset,
+                                      minBin: minBin, bandCount: bands)
+        return -Matcher.log10PoissonTail(k: r.matched, lambda: r.expected)
+    }
+
+    @Test("a clip holding half of the reference's peaks among three times as many others is found; unrelated peaks are not")
+    func buriedPeaks() {
+        let reference = Self.scatter(6000, frames: 3000, seed: 1)
+        let kept = reference.enumerated().filter { $0.offset % 2 == 0 && $0.element.frame >= 1000 && $0.element.frame < 1500 }
+            .map { (frame: $0.element.frame - 1000, bin: $0.element.bin) }
+        let clip = (kept + Self.scatter(3 * kept.count, frames: 500, seed: 2)).sorted { $0.frame < $1.frame }
+        #expect(Self.evidence(reference: reference, query: clip, offset: 1000) > 30)
+        // Against another track it is chance: of 500 placements about one in a hundred reaches 2 decades.
+        let other = Self.scatter(6000, frames: 3000, seed: 5)
+        let wrong = stride(from: 1000, to: 2500, by: 3).map { Self.evidence(reference: other, query: clip, offset: $0) }
+        #expect(wrong.filter { $0 >= 2 }.count <= 10 && wrong.max()! < 3.5, "\(wrong.sorted().suffix(3))")
+        #expect(Self.evidence(reference: reference, query: Self.scatter(4 * kept.count, frames: 500, seed: 3), offset: 1000) < 2)
+    }
+
+    /// Drums on the same beat: every 25th frame both have peaks in many bins. The per-bin density alone
+    /// would call the coincidences at those frames unlikely; the per-frame margin expects them.
+    @Test("two pieces whose onsets line up earn no credit for the coincidences at the onsets")
+    func alignedOnsets() {
+        var rng = SeededRandom(seed: 4)
+        func onsets(_ frames: Int, binsEach: Int) -> [(frame: UInt32, bin: UInt16)] {
+            stride(from: 0, to: frames, by: 25).flatMap { f in
+                (0..<binsEach).map { _ in (UInt32(f), UInt16(Self.minBin + Int(rng.next() % UInt64(Self.bands)))) }
+            }
+        }
+        let reference = onsets(3000, binsEach: 8), clip = onsets(500, binsEach: 60)
+        #expect(Self.evidence(reference: reference, query: clip, offset: 1000) < 3)
     }
 }
 
