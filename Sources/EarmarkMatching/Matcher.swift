@@ -208,9 +208,9 @@ public final class Matcher {
         // tries the skews, and the more significant result wins. (Under 30 % of the peaks and under 20
         // decades holds 1 % of the benchmark's unskewed matches, so the extra searches cost little.)
         let weak = plain.matches.first.map {
-            $0.significance < strong
-                || (options.skewWhenPartial && ($0.queryEnd - $0.queryStart) < 0.6 * signature.duration)
-                || (options.skewWhenPartial && Double($0.verifiedPeaks) < 0.3 * Double($0.queryPeaks) && $0.significance < strong + 8)
+            $0.significance < strong || (options.skewWhenPartial
+                && (($0.queryEnd - $0.queryStart) < 0.6 * signature.duration
+                    || (Double($0.verifiedPeaks) < 0.3 * Double($0.queryPeaks) && $0.significance < strong + 8)))
         } ?? true
         guard !options.skewTrials.isEmpty, weak else { return plain }
         // Nothing (or only a short stretch) as is: undo each candidate skew on the query's peaks (time × t, frequency ÷ f) and
@@ -373,7 +373,7 @@ public final class Matcher {
         let considered = Array(perTrack.prefix(options.candidates).filter { $0.hits >= 3 })
         let tracks = try catalog.tracks(ids: considered.map(\.track))
         let strongQuery = strongPeaks(signature, skew: nil)
-        let queryIndex = PeakIndex(considered.isEmpty ? [] : signature.peaks.sorted { $0.frame < $1.frame }.map { ($0.frame, $0.bin) })
+        let queryIndex = PeakIndex(sortingByFrame: considered.isEmpty ? [] : signature.peaks)
         func check(_ track: Int64, _ offset: Int) throws -> (matched: Int, tested: Int, evidence: Double) {
             try verifiedEvidence(strongQuery, trackID: track, offset: offset)
         }
@@ -518,7 +518,7 @@ public final class Matcher {
             let f = r - offset
             let near = perFrame(f - 1) + perFrame(f) + perFrame(f + 1)
             for k in ref.start[r]..<ref.start[r + 1] {
-                let b = Int(ref.bins[k]), i = Int(ref.bins[k]) - minBin + 1
+                let b = Int(ref.bins[k]), i = b - minBin + 1
                 tested += 1
                 expected += 1 - exp(-near * (perBin[i - 1] + perBin[i] + perBin[i + 1]) / total)
                 for j in query.start[f - 1]..<query.start[f + 2] where abs(Int(query.bins[j]) - b) <= 1 {
@@ -592,12 +592,18 @@ struct PeakIndex {
     var bins: [UInt16]
     var start: [Int]
     var frameCount: Int
+    /// `peaks` in frame order.
     init(_ peaks: [(frame: UInt32, bin: UInt16)]) {
         frameCount = Int(peaks.last?.frame ?? 0) + 1
         bins = peaks.map(\.bin)
         start = [Int](repeating: 0, count: frameCount + 2)
         for p in peaks { start[Int(p.frame) + 1] += 1 }
         for f in 1..<start.count { start[f] += start[f - 1] }
+    }
+
+    /// A signature's peaks, which need not come in frame order.
+    init(sortingByFrame peaks: [Peak]) {
+        self.init(peaks.sorted { $0.frame < $1.frame }.map { ($0.frame, $0.bin) })
     }
 }
 

@@ -106,7 +106,7 @@ struct MatchingTests {
         let dir = try TemporaryDirectory("babble-reverse")
         let noisy = try babbled(try Fixtures.decode(try f.clip(stem, at: offset, into: dir)), snrDB: 5, from: offset, fixture: f)
         let signature = SignatureGenerator.signature(of: noisy)
-        let query = PeakIndex(signature.peaks.sorted { $0.frame < $1.frame }.map { ($0.frame, $0.bin) })
+        let query = PeakIndex(sortingByFrame: signature.peaks)
         let catalog = try Catalog(path: f.path, readOnly: true)
         let config = SignatureConfiguration.current
         func evidence(_ trackID: Int64, at seconds: Double) throws -> Double {

@@ -144,8 +144,8 @@ extension Signal {
             }
             // The lag from half a second in the middle, then the whole stretch at that lag.
             let probe = min(length, Int(sampleRate / 2))
-            let lag = (-search...search).max { correlation(lag: $0, from: (length - probe) / 2, count: probe)
-                < correlation(lag: $1, from: (length - probe) / 2, count: probe) }!
+            let lag = (-search...search).map { ($0, correlation(lag: $0, from: (length - probe) / 2, count: probe)) }
+                .max { $0.1 < $1.1 }!.0
             return correlation(lag: lag, from: 0, count: length) >= threshold
         }
     }
