@@ -76,9 +76,15 @@ public final class Catalog {
     }
 
     private func openSchema(fresh: Bool, readOnly: Bool) throws {
-        let appID = try scalarInt("PRAGMA application_id")
-        let version = try scalarInt("PRAGMA user_version")
-        let objects = try scalarInt("SELECT count(*) FROM sqlite_master")
+        // One statement, so one snapshot: read one by one, a catalog that another process is creating
+        // could show its application id from before that process's first migration and its tables after.
+        let s = try db.prepare("""
+            SELECT (SELECT application_id FROM pragma_application_id), (SELECT user_version FROM pragma_user_version),
+                   (SELECT count(*) FROM sqlite_master)
+            """)
+        guard try s.step() else { throw CatalogError(.damaged, "cannot read the catalog's header", path: path) }
+        let (appID, version, objects) = (Int(s.int64(0)), Int(s.int64(1)), Int(s.int64(2)))
+        s.reset()
         if fresh || (appID == 0 && version == 0 && objects == 0) {
             guard !readOnly else { throw CatalogError(.damaged, "empty file is not a catalog", path: path) }
             try enableWAL()
