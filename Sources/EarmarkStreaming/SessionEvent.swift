@@ -41,6 +41,20 @@ public struct StreamMatch: Sendable, Codable, Equatable {
     public var predictedCurrentMatchOffset: Double
     /// Clock reading that `predictedCurrentMatchOffset` belongs to.
     public var clockTime: Double
+    /// True when this track was already the current match and is now reported at another position: a seek,
+    /// a loop, or a repeat of the music that the earlier report could not tell apart from this place (it
+    /// then listed this place among its ``Match/alternativeOffsets``). False for a newly identified track.
+    public var relocated: Bool
+
+    public init(match: Match, streamTime: Double, detectedAt: Double, predictedCurrentMatchOffset: Double,
+                clockTime: Double, relocated: Bool = false) {
+        self.match = match
+        self.streamTime = streamTime
+        self.detectedAt = detectedAt
+        self.predictedCurrentMatchOffset = predictedCurrentMatchOffset
+        self.clockTime = clockTime
+        self.relocated = relocated
+    }
 
     /// Where the track has got to at clock reading `now`, assuming it keeps playing at the matched speed.
     public func predictedCurrentMatchOffset(at now: Double) -> Double {
@@ -50,8 +64,8 @@ public struct StreamMatch: Sendable, Codable, Equatable {
 
 /// What a streaming session reports, in stream order.
 public enum SessionEvent: Sendable, Equatable {
-    /// A track was identified: the first one, a different one, or the same one at another position.
-    /// The same track playing on does not repeat the event.
+    /// A track was identified: the first one, a different one, or the same one at another position
+    /// (``StreamMatch/relocated``). The same track playing on does not repeat the event.
     case match(StreamMatch)
     /// Nothing identified: after a window's worth of audio without a match, or once the matched track
     /// stopped matching (`previous` is its id). Reported once per change, not per attempt.
@@ -77,7 +91,7 @@ public enum SessionEvent: Sendable, Equatable {
 extension SessionEvent: Encodable {
     private enum Keys: String, CodingKey {
         case event, time, track, matchOffset, predictedCurrentMatchOffset, streamTime, confidence, score, significance
-        case frequencySkew, timeScale, alternativeOffsets, previousTrack, gap, seconds, message
+        case frequencySkew, timeScale, alternativeOffsets, relocated, previousTrack, gap, seconds, message
     }
 
     /// One flat JSON object with an `event` field: match, noMatch, discontinuity, dropped, error or end.
@@ -97,6 +111,7 @@ extension SessionEvent: Encodable {
             try c.encode(s.match.frequencySkew, forKey: .frequencySkew)
             try c.encode(s.match.timeScale, forKey: .timeScale)
             try c.encode(s.match.alternativeOffsets, forKey: .alternativeOffsets)
+            try c.encode(s.relocated, forKey: .relocated)
         case .noMatch(_, let previous):
             try c.encode("noMatch", forKey: .event)
             try c.encode(previous, forKey: .previousTrack)

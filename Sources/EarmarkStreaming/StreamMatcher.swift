@@ -265,7 +265,8 @@ public final class StreamMatcher {
         let now = latestClock ?? generator.duration
         let predicted = alignment + best.timeScale * generator.duration
         let event = StreamMatch(match: m, streamTime: streamTime, detectedAt: generator.duration,
-                                predictedCurrentMatchOffset: predicted, clockTime: now)
+                                predictedCurrentMatchOffset: predicted, clockTime: now,
+                                relocated: current?.track == best.track.id)
         current = Current(track: best.track.id, alignment: alignment, timeScale: best.timeScale,
                           frequencySkew: best.frequencySkew, lastSeen: lastSeen)
         reportedNoMatch = false

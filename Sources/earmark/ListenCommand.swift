@@ -270,7 +270,10 @@ final class ListenDisplay: @unchecked Sendable {
         defer { lock.unlock() }
         heard = max(heard, event.time)
         switch event {
-        case .match(let m): current = m; matches.append(m)
+        case .match(let m):
+            current = m
+            // A relocation is the same track found at another place, not another identification.
+            if !m.relocated { matches.append(m) }
         case .noMatch: current = nil
         case .dropped(_, let s): dropped += s
         default: break
@@ -283,7 +286,8 @@ final class ListenDisplay: @unchecked Sendable {
         let stamp = formatDuration(event.time) + "  "
         let text: String
         switch event {
-        case .match(let m): text = stamp + "match: " + ListenDisplay.describe(m.match, at: m.predictedCurrentMatchOffset)
+        case .match(let m):
+            text = stamp + (m.relocated ? "moved: " : "match: ") + ListenDisplay.describe(m.match, at: m.predictedCurrentMatchOffset)
         case .noMatch(_, let previous): text = stamp + (previous == nil ? "no match" : "no match (the track stopped matching)")
         case .discontinuity(_, let gap): text = stamp + String(format: "input skipped %.2f s", gap)
         case .dropped(_, let s): text = stamp + String(format: "dropped %.1f s of audio: matching fell behind", s)

@@ -107,6 +107,25 @@ struct StreamMatcherTests {
         #expect(matches[1].detectedAt - 15 <= 5)
     }
 
+    @Test("a seek within the playing track is a relocated match at the new place; a new track is not relocated")
+    func seekIsRelocation() async throws {
+        let f = try await StreamingFixture.shared.value()
+        let core = try f.core()
+        // goin_march from 20 s for 15 s, then the same track from 70 s (a seek forward by 35 s).
+        let events = feed(core, try f.samples("goin_march", from: 20, seconds: 15)
+            + f.samples("goin_march", from: 70, seconds: 15)) + core.finish()
+        let matches = events.compactMap(\.streamMatch)
+        #expect(matches.map(\.relocated) == [false, true], "\(events)")
+        guard matches.count == 2 else { return }
+        #expect(matches.allSatisfy { $0.match.track.id == f.ids["goin_march"] })
+        #expect(abs(matches[0].match.matchOffset - (20 + matches[0].streamTime)) < 0.5, "\(matches[0])")
+        #expect(abs(matches[1].match.matchOffset - (70 + matches[1].streamTime - 15)) < 0.5, "\(matches[1])")
+        // A window gives one place per track, so the new place is seen once it outweighs the old one in the
+        // 12-s window (about half of it), later than a new track would be.
+        #expect(matches[1].detectedAt - 15 <= 8, "the seek was reported only at \(matches[1].detectedAt) s")
+        #expect(!events.contains { if case .noMatch = $0 { true } else { false } }, "\(events)")
+    }
+
     @Test("a stream played 4 % fast is found, with its skew, and followed at that speed")
     func skewedStream() async throws {
         let f = try await StreamingFixture.shared.value()
