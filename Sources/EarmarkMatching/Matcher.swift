@@ -40,6 +40,11 @@ public struct MatchOptions: Sendable, Equatable {
     /// The number of skews the whole search covers when ``skewTrials`` holds only one slice of it (a stream
     /// spreads the grid over its attempts); the significance is charged for all of them. nil: `skewTrials.count`.
     public var skewSearchSize: Int? = nil
+    /// Decades more than ``minimumSignificance`` that a track needs when another track aligns more hashes with
+    /// the clip but fails verification. Music that is not in the catalog fits some track's peaks now and then
+    /// (same key, same beat grid), more often than chance says; such look-alikes are mostly outvoted by yet
+    /// another track, while a catalog track leads the vote. Default 5.
+    public var outvotedMargin: Double
 
     public static let `default` = MatchOptions(minimumHits: 4, minimumSignificance: 7, supportingHits: 10, hashBonus: 4,
                                                maximumMatches: 5, candidates: 8, minimumVerifiedPeaks: 5)
@@ -53,6 +58,7 @@ public struct MatchOptions: Sendable, Equatable {
         self.maximumMatches = maximumMatches
         self.candidates = candidates
         self.minimumVerifiedPeaks = minimumVerifiedPeaks
+        outvotedMargin = 5
     }
 }
 
@@ -413,8 +419,12 @@ public final class Matcher {
             let alternatives = tried.filter { $0.offset != t.offset && significance > 0 && $0.significance >= 0.9 * significance }
                 .map { Double($0.offset) * fd }
             let runnerUp = rank == 0 ? (considered.count > 1 ? considered[1].hits : 0) : considered[0].hits
+            // Outvoted: another track aligns more hashes than the chosen place and is not (or not yet) a match.
+            let outvoted = considered.contains { c in
+                c.track != t.track && c.hits > t.hits && !matches.contains { $0.track.id == c.track }
+            }
             guard t.hits >= (minimumHits ?? options.minimumHits), v.matched >= options.minimumVerifiedPeaks,
-                  significance >= options.minimumSignificance else { continue }
+                  significance >= options.minimumSignificance + (outvoted ? options.outvotedMargin : 0) else { continue }
             // Inliers give the covered ranges and, by least squares of reference on query frames, the
             // residual time scale (a speed a little off the searched one drifts the offset along the clip)
             // and the offset at the clip's start.

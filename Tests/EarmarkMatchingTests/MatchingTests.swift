@@ -192,6 +192,40 @@ struct NegativeMatchingTests {
             #expect(result.queryLandmarks > 100, "the clip should have been real music, not silence")
         }
     }
+
+    @Test("a track outvoted on aligned hashes by a track that is not a match needs outvotedMargin more decades")
+    func outvotedNeedsMore() async throws {
+        let f = try await MatchingFixture.shared.value()
+        let catalog = try Catalog(path: f.path, readOnly: true)
+        // A low threshold, one plain pass: non-catalog music then gives many weak look-alikes.
+        var strict = MatchOptions.default
+        strict.minimumSignificance = 1
+        strict.decisiveSignificance = 6
+        strict.skewTrials = []
+        strict.deepPass = false
+        var loose = strict
+        loose.outvotedMargin = 0
+        // Outvoted: another track aligns more hashes, and it is not among the matches.
+        func outvoted(_ m: Match, in r: MatchResult) -> Bool {
+            m.runnerUpScore > m.score && !r.matches.contains { $0.track.id != m.track.id }
+        }
+        var looseOutvotedWeak = 0
+        for track in f.audio.negative {
+            let samples = try Fixtures.decode(track)
+            for start in stride(from: 0, to: min(samples.count - 441_000, 90 * 44_100), by: 5 * 44_100) {
+                let signature = SignatureGenerator.signature(of: Array(samples[start..<(start + 441_000)]))
+                let r = try Matcher(catalog: catalog, options: strict).match(signature)
+                for m in r.matches where outvoted(m, in: r) {
+                    #expect(m.significance >= strict.minimumSignificance + strict.outvotedMargin,
+                            "\(track.lastPathComponent) @\(start / 44_100) s: \(m.track.title ?? "?") score \(m.score) < \(m.runnerUpScore), sig \(m.significance)")
+                }
+                let l = try Matcher(catalog: catalog, options: loose).match(signature)
+                looseOutvotedWeak += l.matches.filter { outvoted($0, in: l) && $0.significance < strict.minimumSignificance + strict.outvotedMargin }.count
+            }
+        }
+        // Without the margin such weak, outvoted look-alikes do pass, so the check above is not empty.
+        #expect(looseOutvotedWeak > 0)
+    }
 }
 
 @Suite("Matching clips played faster or slower")
