@@ -41,7 +41,7 @@ public struct MatchOptions: Sendable, Equatable {
     /// spreads the grid over its attempts); the significance is charged for all of them. nil: `skewTrials.count`.
     public var skewSearchSize: Int? = nil
     /// Decades more than ``minimumSignificance`` that a track needs when another track aligns more hashes with
-    /// the clip but fails verification. Music that is not in the catalog fits some track's peaks now and then
+    /// the clip but is not a match. Music that is not in the catalog fits some track's peaks now and then
     /// (same key, same beat grid), more often than chance says; such look-alikes are mostly outvoted by yet
     /// another track, while a catalog track leads the vote. Default 5.
     public var outvotedMargin: Double
@@ -387,37 +387,32 @@ public final class Matcher {
         for (rank, candidate) in considered.enumerated() {
             guard let track = tracks[candidate.track] else { continue }
             var t = candidate
-            // The top offset cell and others with a third of its hashes or more (repeated music, or the true
-            // place when noise or a skew thins its hashes). Each is scored on all three kinds of evidence and
-            // the most significant stands: under loud noise the place the peaks favour can be a look-alike
-            // that the aligned hashes' coverage or the reference's own peaks rule out, and the other way round.
-            let cells = [(offset: t.offset, hits: t.hits)] + t.alternatives.filter { $0.hits * 3 >= t.hits }
-            let tests = Double(max(1, considered.count) * cells.count * trials)
-            let reference = try referencePeaks(t.track)
-            var tried: [(offset: Int, significance: Double)] = []
-            var v = (matched: 0, tested: 0, evidence: 0.0)
-            var significance = -Double.infinity
-            for cell in cells {
-                let vc = try check(t.track, cell.offset)
-                let verification = vc.evidence - log10(tests)
-                let r = Matcher.reverseVerify(reference: reference, query: queryIndex, offset: cell.offset,
-                                              minBin: configuration.minBin, bandCount: configuration.maxBin - configuration.minBin)
-                // Charged for both directions of verification, as one more test.
-                let reverse = -Matcher.log10PoissonTail(k: r.matched, lambda: r.expected) - log10(2 * tests)
-                let coverage = Matcher.coverageEvidence(hits[t.range], offset: cell.offset, trackDuration: track.duration,
-                                                        queryDuration: signature.duration, frameDuration: fd,
-                                                        tests: considered.count * trials)
-                let s = max(verification + (cell.hits >= options.supportingHits ? options.hashBonus : 0), reverse, coverage)
-                tried.append((cell.offset, s))
-                // Within 5 % of each other (repeated music, where the coarser kinds of evidence tie), the peaks decide.
-                if s > 1.05 * significance || (s >= 0.95 * significance && vc.evidence > v.evidence) {
-                    (significance, v) = (s, vc)
-                    (t.offset, t.hits) = (cell.offset, cell.hits)
+            var v = try check(t.track, t.offset)
+            var tried = [(offset: t.offset, evidence: v.evidence)]
+            // Other offset cells with a third of the hashes or more (repeated music, or the true place when
+            // noise or a skew thins its hashes): the peaks decide, which tells a varied repeat from the original
+            // better than the hash count does.
+            for alt in t.alternatives where alt.hits * 3 >= t.hits {
+                let va = try check(t.track, alt.offset)
+                tried.append((alt.offset, va.evidence))
+                if va.evidence > v.evidence {
+                    v = va
+                    (t.offset, t.hits) = (alt.offset, alt.hits)
                 }
             }
-            // Repetitive music (loops, repeated choruses): offsets nearly as significant as the best.
-            let alternatives = tried.filter { $0.offset != t.offset && significance > 0 && $0.significance >= 0.9 * significance }
+            // Repetitive music (loops, repeated choruses): offsets verified almost as well as the best.
+            let alternatives = tried.filter { $0.offset != t.offset && v.evidence > 0 && $0.evidence >= 0.9 * v.evidence }
                 .map { Double($0.offset) * fd }
+            let tests = Double(max(1, considered.count) * tried.count * trials)
+            let verification = v.evidence - log10(tests)
+            let r = Matcher.reverseVerify(reference: try referencePeaks(t.track), query: queryIndex, offset: t.offset,
+                                          minBin: configuration.minBin, bandCount: configuration.maxBin - configuration.minBin)
+            // Charged for both directions of verification, as one more test.
+            let reverse = -Matcher.log10PoissonTail(k: r.matched, lambda: r.expected) - log10(2 * tests)
+            let significance = max(verification + (t.hits >= options.supportingHits ? options.hashBonus : 0), reverse,
+                                   Matcher.coverageEvidence(hits[t.range], offset: t.offset, trackDuration: track.duration,
+                                                            queryDuration: signature.duration, frameDuration: fd,
+                                                            tests: considered.count * trials))
             let runnerUp = rank == 0 ? (considered.count > 1 ? considered[1].hits : 0) : considered[0].hits
             // Outvoted: another track aligns more hashes than the chosen place and is not (or not yet) a match.
             let outvoted = considered.contains { c in
