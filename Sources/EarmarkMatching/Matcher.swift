@@ -227,7 +227,7 @@ public final class Matcher {
         let trials = 2 * max(options.skewTrials.count, options.skewSearchSize ?? 0)
         func attempt(_ skew: Skew) throws {
             var r = try matchOnce(Matcher.unskewed(signature, skew, configuration: configuration),
-                                  trials: trials, minimumHits: options.supportingHits)
+                                  trials: trials, minimumHits: options.supportingHits, skewed: true)
             // Every result here passed the significance threshold; among them the one with most aligned
             // hashes has the skew closest to the truth.
             guard let top = r.matches.first else { return }
@@ -334,8 +334,9 @@ public final class Matcher {
         return Signature(configurationVersion: signature.configurationVersion, duration: signature.duration * skew.time, peaks: peaks)
     }
 
+    /// One search of `signature` (`skewed`: a skew trial's unskewed copy of the clip).
     private func matchOnce(_ signature: Signature, trials: Int, minimumHits: Int? = nil,
-                           role: LandmarkRole = .query) throws -> MatchResult {
+                           role: LandmarkRole = .query, skewed: Bool = false) throws -> MatchResult {
         let landmarks = Landmarks.extract(from: signature, role: role, configuration: configuration)
         // Query landmarks sorted by hash; `first[h]` is the index of the first one with hash h (or −1).
         let sorted = landmarks.sorted { ($0.hash, $0.frame) < ($1.hash, $1.frame) }
@@ -420,24 +421,10 @@ public final class Matcher {
             }
             guard t.hits >= (minimumHits ?? options.minimumHits), v.matched >= options.minimumVerifiedPeaks,
                   significance >= options.minimumSignificance + (outvoted ? options.outvotedMargin : 0) else { continue }
-            // Inliers give the covered ranges and, by least squares of reference on query frames, the
-            // residual time scale (a speed a little off the searched one drifts the offset along the clip)
-            // and the offset at the clip's start.
-            var n = 0.0, sq = 0.0, sr = 0.0, sqq = 0.0, sqr = 0.0
-            var qmin = UInt32.max, qmax: UInt32 = 0
-            for h in hits[t.range] where abs(Int(h.offset) - t.offset) <= 6 {
-                let q = Double(h.qframe), r = Double(h.qframe) + Double(h.offset)
-                n += 1; sq += q; sr += r; sqq += q * q; sqr += q * r
-                if abs(Int(h.offset) - t.offset) <= 1 {
-                    qmin = min(qmin, h.qframe)
-                    qmax = max(qmax, h.qframe)
-                }
-            }
-            let variance = sqq - sq * sq / n
-            var slope = variance > 0 ? (sqr - sq * sr / n) / variance : 1
-            if !(0.99...1.01).contains(slope) || n < 8 { slope = 1 }
-            let offset = (sr - slope * sq) / n * fd
-            let qs = Double(qmin) * fd, qe = min(signature.duration, Double(qmax) * fd + Double(configuration.maxPairFrames) * fd)
+            let line = Matcher.hitLine(hits[t.range], cell: t.offset, skewed: skewed)
+            let slope = 1 + line.drift, offset = line.offset * fd
+            let qs = Double(line.firstFrame) * fd
+            let qe = min(signature.duration, Double(line.lastFrame + configuration.maxPairFrames) * fd)
             matches.append(Match(track: track, matchOffset: offset,
                                  confidence: Matcher.confidence(significance: significance, threshold: options.minimumSignificance),
                                  score: t.hits, significance: significance, runnerUpScore: runnerUp,
@@ -449,6 +436,34 @@ public final class Matcher {
         if matches.count > options.maximumMatches { matches.removeLast(matches.count - options.maximumMatches) }
         return MatchResult(matches: matches, queryDuration: signature.duration, queryLandmarks: landmarks.count,
                            candidateHits: hits.count)
+    }
+
+    /// The line through one track's hits at offset cell `cell` (hits within 6 frames of it): by least squares
+    /// of the hits' offsets (reference − query frame) on their query frames, the drift (time scale − 1: a
+    /// speed a little off the searched one drifts the offset along the clip) and the offset, in frames, at the
+    /// clip's start; and the first and last query frames with a hit within a frame of the cell.
+    /// Unless the clip is a skew trial's (`skewed`: the grid leaves a residual drift), a drift counts only
+    /// when it stands out from the hits' scatter by three standard errors: on a short clip whose hits span
+    /// a second or two, frame jitter alone tilts the line by a percent, which would move the offset at the
+    /// clip's start off the place its peaks fit. A drift beyond 1 % is a wrong line and counts as none.
+    static func hitLine(_ trackHits: ArraySlice<Hit>, cell: Int, skewed: Bool)
+        -> (drift: Double, offset: Double, firstFrame: Int, lastFrame: Int) {
+        var n = 0.0, sq = 0.0, sd = 0.0, sqq = 0.0, sqd = 0.0, sdd = 0.0
+        var first = Int.max, last = 0
+        for h in trackHits where abs(Int(h.offset) - cell) <= 6 {
+            let q = Double(h.qframe), d = Double(Int(h.offset) - cell)
+            n += 1; sq += q; sd += d; sqq += q * q; sqd += q * d; sdd += d * d
+            if abs(Int(h.offset) - cell) <= 1 {
+                first = min(first, Int(h.qframe))
+                last = max(last, Int(h.qframe))
+            }
+        }
+        guard n > 0 else { return (0, Double(cell), 0, 0) }
+        let qVariance = sqq - sq * sq / n, covariance = sqd - sq * sd / n
+        var drift = qVariance > 0 ? covariance / qVariance : 0
+        let residual = max(0, sdd - sd * sd / n - drift * covariance) / max(1, n - 2)
+        if n < 8 || abs(drift) > 0.01 || (!skewed && abs(drift) < 3 * (residual / qVariance).squareRoot()) { drift = 0 }
+        return (drift, Double(cell) + (sd - drift * sq) / n, first == .max ? 0 : first, last)
     }
 
     /// Evidence (decades, corrected for the offset cells and `tests`) from how many half-second blocks of

@@ -441,6 +441,51 @@ struct CoverageEvidenceTests {
     }
 }
 
+@Suite("Hit line (offset and drift at the clip's start)")
+struct HitLineTests {
+    /// Hits of track 1 at `offset(q)` for query frames `frames`.
+    static func hits(_ frames: [Int], offset: (Int) -> Int) -> [Hit] {
+        var out = frames.enumerated().map { k, q in
+            Hit(key: Hit.key(track: 1, offset: Int32(offset(q))), qframe: UInt32(q), hash: UInt32(k))
+        }
+        Hit.sort(&out)
+        return out
+    }
+
+    @Test("frame jitter that tilts a short clip's hits is not a drift: the offset stays on the cell")
+    func jitterIsNoDrift() {
+        // 18 hits over 130 frames (about 1.5 s), each within a frame of the cell, the later ones a little
+        // more often late: the least-squares line leans by 0.6 %, which is 1.2 standard errors, and
+        // extrapolated to the clip's start it puts the clip half a frame before the hits' mean.
+        let jitter = [0, -1, 1, -1, 0, 0, -1, 1, 0, 1, -1, 1, 0, 1, 0, 1, -1, 1]
+        let frames = (0..<18).map { 40 + $0 * 130 / 18 }
+        let hits = Self.hits(frames) { q in 1000 + jitter[frames.firstIndex(of: q)!] }
+        let free = Matcher.hitLine(hits[...], cell: 1000, skewed: true)
+        #expect(free.drift > 0.005, "the unconstrained fit leans: \(free.drift)")
+        #expect(free.offset < 999.6, "and starts early: \(free.offset)")
+        let line = Matcher.hitLine(hits[...], cell: 1000, skewed: false)
+        #expect(line.drift == 0)
+        #expect(abs(line.offset - 1000.11) < 0.01, "offset \(line.offset): the hits' mean")
+        #expect(line.firstFrame == frames.first && line.lastFrame == frames.last)
+    }
+
+    @Test("a steady drift along a 10-s clip is measured and the offset is taken at the clip's start")
+    func steadyDrift() {
+        let frames = Array(stride(from: 0, to: 860, by: 7))
+        let hits = Self.hits(frames) { q in 1000 + Int((0.004 * Double(q)).rounded()) }
+        let line = Matcher.hitLine(hits[...], cell: 1002, skewed: false)
+        #expect(abs(line.drift - 0.004) < 0.0005, "drift \(line.drift)")
+        #expect(abs(line.offset - 1000) < 0.6, "offset \(line.offset)")
+    }
+
+    @Test("a line steeper than 1 % is no drift")
+    func tooSteep() {
+        let frames = Array(stride(from: 0, to: 400, by: 10))
+        let hits = Self.hits(frames) { q in 1000 + q / 50 }
+        #expect(Matcher.hitLine(hits[...], cell: 1004, skewed: true).drift == 0)
+    }
+}
+
 @Suite("Hit ordering")
 struct HitSortTests {
     @Test("the radix sort orders hits as a stable sort by key then hash does", arguments: [0, 1, 2, 17, 5_000])
