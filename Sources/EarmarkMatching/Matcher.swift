@@ -453,7 +453,11 @@ public final class Matcher {
         -> (drift: Double, offset: Double, firstFrame: Int, lastFrame: Int) {
         var n = 0.0, sq = 0.0, sd = 0.0, sqq = 0.0, sqd = 0.0, sdd = 0.0
         var first = Int.max, last = 0
-        for h in trackHits where abs(Int(h.offset) - cell) <= 6 {
+        // The hashes of one anchor peak share its timing error, so for the test each (query frame, offset)
+        // counts once; a skew trial's fit keeps them all.
+        var seen = Set<UInt64>()
+        for h in trackHits where abs(Int(h.offset) - cell) <= 6
+            && (skewed || seen.insert(UInt64(h.qframe) << 32 | UInt64(UInt32(bitPattern: h.offset))).inserted) {
             let q = Double(h.qframe), d = Double(Int(h.offset) - cell)
             n += 1; sq += q; sd += d; sqq += q * q; sqd += q * d; sdd += d * d
             if abs(Int(h.offset) - cell) <= 1 {
