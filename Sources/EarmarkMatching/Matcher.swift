@@ -231,11 +231,12 @@ public final class Matcher {
             // Every result here passed the significance threshold; among them the one with most aligned
             // hashes has the skew closest to the truth.
             guard let top = r.matches.first else { return }
-            if let current = best.matches.first,
-               (top.score, top.significance) <= (current.score, current.significance) { return }
-            // Near no skew, a skew aligns about the hashes no skew does, now and then one more by chance:
-            // to replace the unskewed match it needs a tenth more (and two) aligned hashes.
-            if bestSkew == nil, let current = best.matches.first, top.score < current.score + max(2, current.score / 10) { return }
+            if let current = best.matches.first {
+                if (top.score, top.significance) <= (current.score, current.significance) { return }
+                // Near no skew, a skew aligns about the hashes no skew does, now and then one more by chance:
+                // to replace the unskewed match it needs a tenth more (and two) aligned hashes.
+                if bestSkew == nil, top.score < current.score + max(2, current.score / 10) { return }
+            }
             for i in r.matches.indices {
                 // The fitted slope refines the time factor; for a speed change it refines the pitch too.
                 let slope = r.matches[i].timeScale

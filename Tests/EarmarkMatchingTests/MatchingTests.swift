@@ -471,23 +471,27 @@ struct CoverageEvidenceTests {
 
 @Suite("Hit line (offset and drift at the clip's start)")
 struct HitLineTests {
-    /// Hits of track 1 at `offset(q)` for query frames `frames`.
-    static func hits(_ frames: [Int], offset: (Int) -> Int) -> [Hit] {
-        var out = frames.enumerated().map { k, q in
-            Hit(key: Hit.key(track: 1, offset: Int32(offset(q))), qframe: UInt32(q), hash: UInt32(k))
+    /// Hits of track 1 at `offset(k, q)` for the k-th of the query frames `frames`, `copies` hashes each.
+    static func hits(_ frames: [Int], copies: Int = 1, offset: (Int, Int) -> Int) -> [Hit] {
+        var out = (0..<copies).flatMap { copy in
+            frames.enumerated().map { k, q in
+                Hit(key: Hit.key(track: 1, offset: Int32(offset(k, q))), qframe: UInt32(q), hash: UInt32(copy * frames.count + k))
+            }
         }
         Hit.sort(&out)
         return out
     }
 
+    /// 18 query frames over 130 frames (about 1.5 s) and hits within a frame of cell 1000 at them, the
+    /// later ones a little more often late: the least-squares line leans by 0.6 %, which is 1.2 standard
+    /// errors, and extrapolated to the clip's start it puts the clip half a frame before the hits' mean.
+    static let shortFrames = (0..<18).map { 40 + $0 * 130 / 18 }
+    static let jitter = [0, -1, 1, -1, 0, 0, -1, 1, 0, 1, -1, 1, 0, 1, 0, 1, -1, 1]
+
     @Test("frame jitter that tilts a short clip's hits is not a drift: the offset stays on the cell")
     func jitterIsNoDrift() {
-        // 18 hits over 130 frames (about 1.5 s), each within a frame of the cell, the later ones a little
-        // more often late: the least-squares line leans by 0.6 %, which is 1.2 standard errors, and
-        // extrapolated to the clip's start it puts the clip half a frame before the hits' mean.
-        let jitter = [0, -1, 1, -1, 0, 0, -1, 1, 0, 1, -1, 1, 0, 1, 0, 1, -1, 1]
-        let frames = (0..<18).map { 40 + $0 * 130 / 18 }
-        let hits = Self.hits(frames) { q in 1000 + jitter[frames.firstIndex(of: q)!] }
+        let frames = Self.shortFrames
+        let hits = Self.hits(frames) { k, _ in 1000 + Self.jitter[k] }
         let free = Matcher.hitLine(hits[...], cell: 1000, skewed: true)
         #expect(free.drift > 0.005, "the unconstrained fit leans: \(free.drift)")
         #expect(free.offset < 999.6, "and starts early: \(free.offset)")
@@ -499,14 +503,7 @@ struct HitLineTests {
 
     @Test("the hashes of one anchor peak count once: ten per anchor do not make jitter a drift")
     func anchorsCountOnce() {
-        let jitter = [0, -1, 1, -1, 0, 0, -1, 1, 0, 1, -1, 1, 0, 1, 0, 1, -1, 1]
-        let frames = (0..<18).map { 40 + $0 * 130 / 18 }
-        var hits = (0..<10).flatMap { copy in
-            frames.enumerated().map { k, q in
-                Hit(key: Hit.key(track: 1, offset: Int32(1000 + jitter[k])), qframe: UInt32(q), hash: UInt32(copy * 100 + k))
-            }
-        }
-        Hit.sort(&hits)
+        let hits = Self.hits(Self.shortFrames, copies: 10) { k, _ in 1000 + Self.jitter[k] }
         #expect(Matcher.hitLine(hits[...], cell: 1000, skewed: false).drift == 0)
         // Counted ten times each, the same scatter would pass for a 0.6 % drift (1.2 standard errors
         // become 3.9); a skew trial's fit, which keeps every hash, shows that lean.
@@ -516,7 +513,7 @@ struct HitLineTests {
     @Test("a steady drift along a 10-s clip is measured and the offset is taken at the clip's start")
     func steadyDrift() {
         let frames = Array(stride(from: 0, to: 860, by: 7))
-        let hits = Self.hits(frames) { q in 1000 + Int((0.004 * Double(q)).rounded()) }
+        let hits = Self.hits(frames) { _, q in 1000 + Int((0.004 * Double(q)).rounded()) }
         let line = Matcher.hitLine(hits[...], cell: 1002, skewed: false)
         #expect(abs(line.drift - 0.004) < 0.0005, "drift \(line.drift)")
         #expect(abs(line.offset - 1000) < 0.6, "offset \(line.offset)")
@@ -525,7 +522,7 @@ struct HitLineTests {
     @Test("a line steeper than 1 % is no drift")
     func tooSteep() {
         let frames = Array(stride(from: 0, to: 400, by: 10))
-        let hits = Self.hits(frames) { q in 1000 + q / 50 }
+        let hits = Self.hits(frames) { _, q in 1000 + q / 50 }
         #expect(Matcher.hitLine(hits[...], cell: 1004, skewed: true).drift == 0)
     }
 }
