@@ -72,6 +72,8 @@ public struct Track: Sendable, Equatable, Codable {
     /// The file the track was added from.
     public var sourcePath: String?
     /// 128-bit digest (32 hex digits) of the decoded 44.1 kHz mono audio at 16 bits; identical audio is stored once.
+    /// A track added from a `.earsig` signature file has its signature's identity instead (`sig-` and 32 hex
+    /// digits, ``Signature/contentIdentity``): identical signatures are stored once.
     public var contentHash: String
     /// Landmark postings stored for the track.
     public var landmarkCount: Int

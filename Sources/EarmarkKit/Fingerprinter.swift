@@ -11,7 +11,7 @@ import Foundation
 public struct FingerprintedFile: Sendable {
     public var path: String
     public var signature: Signature
-    /// ``AudioDigest`` of the decoded 44.1 kHz mono audio.
+    /// ``AudioDigest`` of the decoded 44.1 kHz mono audio; for a signature file, ``Signature/contentIdentity``.
     public var contentHash: String
     /// The decoder that read the audio; nil for a signature file.
     public var decoder: AudioFileReader.Decoder?
@@ -62,17 +62,13 @@ public struct Analyses: Sendable {
 /// Decodes audio files into signatures in one streaming pass.
 public enum Fingerprinter {
     /// Reads `path` (any supported format) and returns its signature and content digest.
-    /// Files whose name ends in `.earsig` are read as signature files instead (no digest).
+    /// Files whose name ends in `.earsig` are read (and validated) as signature files instead.
     /// The same single decoding pass also computes the `analyses` asked for.
     public static func fingerprint(path: String, configuration: SignatureConfiguration = .current,
                                    digest: Bool = true, analyses: Analyses = Analyses()) throws -> FingerprintedFile {
         if path.lowercased().hasSuffix(".earsig") {
-            let data: Data
-            do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
-                throw AudioError(.unreadable, "cannot read: \(error.localizedDescription)", path: path)
-            }
-            let sig = try Signature(dataRepresentation: data)
-            return FingerprintedFile(path: path, signature: sig, contentHash: "", decoder: nil)
+            let sig = try readSignatureFile(path: path)
+            return FingerprintedFile(path: path, signature: sig, contentHash: digest ? sig.contentIdentity : "", decoder: nil)
         }
         if analyses.any { return try fingerprintAnalyzing(path: path, configuration: configuration, digest: digest, analyses: analyses) }
         let reader = try AudioFileReader(path: path)
@@ -88,6 +84,24 @@ public enum Fingerprinter {
 }
 
 extension Fingerprinter {
+    /// Reads and validates a `.earsig` file; a file larger than any valid signature is refused unread.
+    public static func readSignatureFile(path: String) throws -> Signature {
+        let limit = Signature.maximumFileBytes()
+        let data: Data
+        do {
+            let handle = try FileHandle(forReadingFrom: URL(fileURLWithPath: path))
+            defer { try? handle.close() }
+            data = try handle.read(upToCount: limit + 1) ?? Data()
+        } catch {
+            throw AudioError(.unreadable, "cannot read: \(error.localizedDescription)", path: path)
+        }
+        do {
+            return try Signature(dataRepresentation: data)
+        } catch let e as SignatureError {
+            throw SignatureError(e.code, "\(path): \(e.message)")
+        }
+    }
+
     /// Decodes `path` once for the `analyses` alone (no signature: the result's signature is empty).
     public static func analyze(path: String, analyses: Analyses) throws -> FingerprintedFile {
         try fingerprintAnalyzing(path: path, configuration: .current, digest: false, analyses: analyses, signature: false)

@@ -360,7 +360,7 @@ public final class Matcher {
             guard i >= 0 else { return }
             while i < sorted.count, sorted[i].hash == hash {
                 let q = sorted[i].frame
-                hits.append(Hit(key: Hit.key(track: track, offset: Int32(Int64(rframe) - Int64(q))), qframe: q, hash: hash))
+                hits.append(Hit(key: Hit.key(track: track, offset: Int32(clamping: Int64(rframe) - Int64(q))), qframe: q, hash: hash))
                 i += 1
             }
         }

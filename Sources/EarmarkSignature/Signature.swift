@@ -18,19 +18,91 @@ public struct Signature: Sendable, Equatable {
         self.peaks = peaks
     }
 
-    /// Throws when the signature cannot be matched: made by another algorithm, too short, or silent.
+    /// Throws when the signature cannot be matched: made by another algorithm, out of shape (see
+    /// ``validateStructure(configuration:)``), too short, or silent.
     public func validateForMatching(configuration: SignatureConfiguration = .current) throws {
         guard configurationVersion == configuration.version else {
             throw SignatureError(.versionMismatch,
                                  "signature made by algorithm version \(configurationVersion); this build uses \(configuration.version)")
         }
+        try validateStructure(configuration: configuration)
         guard duration >= 1.0 else {
-            throw SignatureError(.signatureDurationInvalid, String(format: "audio too short to match (%.2f s; at least 1 s is needed)", duration))
+            throw SignatureError(.signatureDurationInvalid, "audio too short to match (\(Signature.seconds(duration)); at least 1 s is needed)")
         }
         let referencePeaks = peaks.lazy.filter { Int($0.rank) < configuration.referenceRankLimit }.count
         guard referencePeaks >= 8 else {
             throw SignatureError(.signatureInvalid, "no usable sound in the audio (silence or near-silence)")
         }
+    }
+
+    /// The longest signature accepted: 24 hours. It bounds every allocation derived from a signature
+    /// (frame-indexed tables, landmarks), which may come from an untrusted file.
+    public static let maximumDuration: Double = 24 * 3600
+
+    /// Checks every field against what `configuration`'s generator can produce, so that no peak can
+    /// index outside the band or the duration and no table sized from it can be huge: duration finite
+    /// and at most ``maximumDuration``; peaks ordered by frame, each frame within the duration; bins in
+    /// `minBin..<maxBin`; rank below `deepRankLimit`; level finite, at or above `levelFloor` and below 100 dB;
+    /// no frame holding more peaks than the peak picker's neighbourhood allows, and no stretch of
+    /// `rankRadius + 1` frames more than ``maximumPeaksPerRankWindow(configuration:)``.
+    /// Throws ``SignatureError/Code/invalidFile`` naming the first offending field.
+    public func validateStructure(configuration: SignatureConfiguration = .current) throws {
+        func bad(_ why: String) -> SignatureError { SignatureError(.invalidFile, "not a valid signature file: \(why)") }
+        guard duration.isFinite, duration >= 0, duration <= Signature.maximumDuration else {
+            throw bad("duration \(duration) s is outside 0…\(Int(Signature.maximumDuration)) s")
+        }
+        let lastFrame = configuration.lastFrame(duration: duration)
+        // The peak picker keeps one maximum per ±peakBinRadius bins of a frame (ties aside).
+        let perFrame = (configuration.maxBin - configuration.minBin) / (configuration.peakBinRadius + 1) + 1
+        let window = configuration.rankRadius, perWindow = Signature.maximumPeaksPerRankWindow(configuration: configuration)
+        var previous = -1, inFrame = 0, windowStart = 0
+        for (i, p) in peaks.enumerated() {
+            let frame = Int(p.frame)
+            guard frame >= previous else { throw bad("peak \(i) is out of frame order (frame \(frame) after \(previous))") }
+            guard frame <= lastFrame else { throw bad("peak \(i) at frame \(frame) lies beyond the \(Signature.seconds(duration)) the signature covers") }
+            inFrame = frame == previous ? inFrame + 1 : 1
+            guard inFrame <= perFrame else { throw bad("frame \(frame) holds more than \(perFrame) peaks") }
+            while Int(peaks[windowStart].frame) < frame - window { windowStart += 1 }
+            guard i - windowStart < perWindow else {
+                throw bad("more than \(perWindow) peaks within \(window + 1) frames of frame \(frame)")
+            }
+            previous = frame
+            guard Int(p.bin) >= configuration.minBin, Int(p.bin) < configuration.maxBin else {
+                throw bad("peak \(i) has bin \(p.bin), outside \(configuration.minBin)..<\(configuration.maxBin)")
+            }
+            guard Int(p.rank) < configuration.deepRankLimit else {
+                throw bad("peak \(i) has rank \(p.rank), not below \(configuration.deepRankLimit)")
+            }
+            guard p.level.isFinite, p.level >= configuration.levelFloor, p.level < 100 else {
+                throw bad("peak \(i) has level \(p.level) dB, outside \(configuration.levelFloor)…100")
+            }
+        }
+    }
+
+    /// `1.00 s`, `0.998 s`: seconds as a person reads them, with enough digits to tell a value from its limit.
+    static func seconds(_ s: Double) -> String {
+        s >= 1 || s == 0 ? String(format: "%.2f s", s) : String(format: "%.3f s", s)
+    }
+
+    /// An identity of the signature's content (algorithm version and peaks, not the duration's last
+    /// digits): `sig-` and 32 hex digits. Catalogs store it as a track's content hash when the track
+    /// was added from a signature file, where no decoded audio exists to digest.
+    public var contentIdentity: String {
+        var a: UInt64 = 0xCBF2_9CE4_8422_2325, b: UInt64 = 0x6C62_272E_07BB_0142
+        func mix(_ v: UInt64) {
+            for k in 0..<8 {
+                let byte = (v >> (8 * UInt64(k))) & 0xFF
+                a = (a ^ byte) &* 0x0000_0100_0000_01B3
+                b = (b ^ byte) &* 0x0000_0100_0000_01B3
+                b ^= b >> 29
+            }
+        }
+        mix(UInt64(configurationVersion))
+        for p in peaks {
+            mix(UInt64(p.frame) << 32 | UInt64(p.bin) << 16 | UInt64(p.rank))
+            mix(UInt64(p.level.bitPattern))
+        }
+        return "sig-" + String(format: "%016llx%016llx", a, b)
     }
 }
 
@@ -72,10 +144,14 @@ extension Signature {
         return out
     }
 
-    /// Decodes a signature file's bytes; throws ``SignatureError/Code/invalidFile`` on any damage.
+    /// Decodes a signature file's bytes; throws ``SignatureError/Code/invalidFile`` on any damage or any
+    /// field its algorithm's generator could not have written (see ``validateStructure(configuration:)``),
+    /// and ``SignatureError/Code/versionMismatch`` for an algorithm version this build does not know.
     public init(dataRepresentation data: Data) throws {
-        let bytes = [UInt8](data)
         func bad(_ why: String) -> SignatureError { SignatureError(.invalidFile, "not a valid signature file: \(why)") }
+        let limit = Signature.maximumFileBytes()
+        guard data.count <= limit else { throw bad("\(data.count) bytes, more than a \(Int(Signature.maximumDuration / 3600))-hour signature can hold (\(limit))") }
+        let bytes = [UInt8](data)
         guard bytes.count >= 28, Array(bytes[0..<6]) == Signature.fileMagic else { throw bad("missing EARSIG header") }
         var r = ByteReader(bytes: bytes, offset: 6)
         let format: UInt16 = r.read()
@@ -87,7 +163,9 @@ extension Signature {
         guard bytes.count == 24 + n * 12 + 4 else { throw bad("truncated or extended (\(bytes.count) bytes for \(n) peaks)") }
         let stored = UInt32(littleEndian: bytes[(bytes.count - 4)...].withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) })
         guard stored == fnv1a32(Data(bytes[0..<(bytes.count - 4)])) else { throw bad("checksum mismatch (damaged)") }
-        guard duration.isFinite, duration >= 0 else { throw bad("invalid duration") }
+        guard let configuration = SignatureConfiguration.released(version: version) else {
+            throw SignatureError(.versionMismatch, "signature made by algorithm version \(version); this build reads \(SignatureConfiguration.current.version)")
+        }
         var peaks: [Peak] = []
         peaks.reserveCapacity(n)
         for _ in 0..<n {
@@ -98,6 +176,22 @@ extension Signature {
             peaks.append(Peak(frame: frame, bin: bin, rank: rank, level: level))
         }
         self.init(configurationVersion: version, duration: duration, peaks: peaks)
+        try validateStructure(configuration: configuration)
+    }
+
+    /// At most this many peaks lie within any `rankRadius + 1` frames: a peak is kept only while fewer than
+    /// `deepRankLimit` peaks within ±`rankRadius` frames are stronger, so equal levels aside there are at
+    /// most `deepRankLimit`; twice that leaves room for ties.
+    public static func maximumPeaksPerRankWindow(configuration: SignatureConfiguration = .current) -> Int {
+        2 * configuration.deepRankLimit
+    }
+
+    /// The largest signature file accepted, from ``maximumDuration`` and
+    /// ``maximumPeaksPerRankWindow(configuration:)`` (12 bytes a peak); files beyond it are refused unread.
+    public static func maximumFileBytes(configuration: SignatureConfiguration = .current) -> Int {
+        let frames = configuration.lastFrame(duration: maximumDuration) + 1
+        let windows = frames / (configuration.rankRadius + 1) + 1
+        return 28 + 12 * windows * maximumPeaksPerRankWindow(configuration: configuration)
     }
 }
 

@@ -54,6 +54,11 @@ public struct SignatureConfiguration: Sendable, Equatable, Codable {
         referenceRankLimit: 14, queryRankLimit: 36, deepRankLimit: 100, maxPairFrames: 63, maxPairBins: 63,
         referenceFanout: 3, queryFanout: 24, deepFanout: 48, repeatSuppressionFrames: 100)
 
+    /// The configuration of algorithm `version` that this build knows (only ``current`` so far), or nil.
+    public static func released(version: UInt16) -> SignatureConfiguration? {
+        version == current.version ? current : nil
+    }
+
     /// This configuration for indexing: the same algorithm (and version), without the deep-pass peaks,
     /// which catalogs never store (less memory and ranking work on long files).
     public var forCatalog: SignatureConfiguration {
@@ -64,6 +69,11 @@ public struct SignatureConfiguration: Sendable, Equatable, Codable {
 
     /// Seconds per STFT frame.
     public var frameDuration: Double { Double(hop) / sampleRate }
+
+    /// The last frame a peak of `duration` seconds of audio can fall on (the final, zero-padded frames included).
+    public func lastFrame(duration: Double) -> Int {
+        Int(duration * sampleRate) / hop + fftSize / hop + 1
+    }
 
     /// Checks the invariants the hash layout relies on.
     public func validate() throws {

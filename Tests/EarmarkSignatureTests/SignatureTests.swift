@@ -95,8 +95,113 @@ struct SignatureValidationTests {
         var sig = SignatureGenerator.signature(of: Signal.slice(try await music.value(), start: 0, seconds: 3))
         sig.configurationVersion = SignatureConfiguration.current.version + 1
         #expect(signatureError { try sig.validateForMatching() } == .versionMismatch)
-        let back = try Signature(dataRepresentation: sig.dataRepresentation())
-        #expect(back.configurationVersion == sig.configurationVersion, "the file keeps the version it was made with")
+        // Its fields cannot be checked against an algorithm this build does not know, so its file is refused too.
+        #expect(signatureError { _ = try Signature(dataRepresentation: sig.dataRepresentation()) } == .versionMismatch)
+    }
+}
+
+/// A signature file is untrusted input: a file whose checksum is right (anyone can recompute it) but
+/// whose fields no generator of this configuration writes must be refused on reading, before any of
+/// them sizes a table or indexes one.
+@Suite("Signature file: every field is validated")
+struct SignatureFieldTests {
+    /// A real 5-s signature with `edit` applied, encoded with a correct checksum, then read back.
+    func read(_ edit: (inout Signature) -> Void) async throws -> SignatureError? {
+        var sig = SignatureGenerator.signature(of: Signal.slice(try await music.value(), start: 2, seconds: 5))
+        edit(&sig)
+        do {
+            _ = try Signature(dataRepresentation: sig.dataRepresentation())
+            return nil
+        } catch let e as SignatureError {
+            return e
+        }
+    }
+
+    @Test("the unedited signature reads back")
+    func unedited() async throws {
+        #expect(try await read { _ in } == nil)
+    }
+
+    @Test("a peak's bin outside the band is refused", arguments: [0, 11, 187, 255, 256, 65_535])
+    func binOutsideBand(bin: Int) async throws {
+        let e = try await read { $0.peaks[40].bin = UInt16(bin) }
+        #expect(e?.code == .invalidFile)
+        #expect(e?.message.hasPrefix("not a valid signature file") == true, "\(String(describing: e))")
+        #expect(e?.message.contains("bin \(bin)") == true, "\(String(describing: e))")
+    }
+
+    @Test("a peak frame past the duration is refused", arguments: [UInt32(600), UInt32(1) << 31, UInt32.max])
+    func frameBeyondDuration(frame: UInt32) async throws {
+        let e = try await read { s in
+            let i = s.peaks.count - 1
+            s.peaks[i].frame = frame
+        }
+        #expect(e?.code == .invalidFile)
+    }
+
+    @Test("peaks out of frame order are refused")
+    func framesOutOfOrder() async throws {
+        #expect(try await read { $0.peaks.swapAt(10, 200) }?.code == .invalidFile)
+    }
+
+    @Test("a rank at or over deepRankLimit, or a level that is not finite or out of range, is refused",
+          arguments: [0, 1, 2, 3, 4])
+    func rankAndLevel(kind: Int) async throws {
+        let e = try await read { s in
+            switch kind {
+            case 0: s.peaks[7].rank = UInt16(SignatureConfiguration.current.deepRankLimit)
+            case 1: s.peaks[7].level = .nan
+            case 2: s.peaks[7].level = .infinity
+            case 3: s.peaks[7].level = -1000
+            default: s.peaks[7].level = 1e9
+            }
+        }
+        #expect(e?.code == .invalidFile)
+    }
+
+    @Test("a duration that is not finite, negative or beyond 24 hours is refused",
+          arguments: [Double.nan, -1.0, Double.infinity, 24.0 * 3600 + 1])
+    func duration(seconds: Double) async throws {
+        #expect(try await read { $0.duration = seconds }?.code == .invalidFile)
+    }
+
+    @Test("more peaks in one frame, or in one ranking window, than the peak picker can make is refused")
+    func density() async throws {
+        let crowdedFrame = try await read { s in
+            let f = s.peaks[50].frame
+            let extra = (12..<187).map { Peak(frame: f, bin: UInt16($0), rank: 1, level: 0) }
+            s.peaks.insert(contentsOf: extra, at: 50)
+        }
+        #expect(crowdedFrame?.code == .invalidFile)
+        let crowdedWindow = try await read { s in
+            // 20 peaks in each of 50 frames, 4 bins apart: each frame is plausible, the window is not.
+            let f0 = s.peaks.last!.frame + 1
+            for f in 0..<50 {
+                for k in 0..<20 { s.peaks.append(Peak(frame: f0 + UInt32(f), bin: UInt16(12 + 8 * k), rank: 1, level: 0)) }
+            }
+            s.duration += 1
+        }
+        #expect(crowdedWindow?.code == .invalidFile)
+        #expect(crowdedWindow?.message.contains("within") == true, "\(String(describing: crowdedWindow))")
+    }
+
+    @Test("a file larger than any signature is refused unread")
+    func oversized() {
+        let limit = Signature.maximumFileBytes()
+        #expect(limit < 1 << 30, "the bound is useful (\(limit) bytes)")
+        #expect(signatureError { _ = try Signature(dataRepresentation: Data(count: limit + 1)) } == .invalidFile)
+    }
+
+    @Test("identical signatures share a content identity; any changed peak gives another")
+    func contentIdentity() async throws {
+        let sig = SignatureGenerator.signature(of: Signal.slice(try await music.value(), start: 2, seconds: 5))
+        #expect(sig.contentIdentity.hasPrefix("sig-") && sig.contentIdentity.count == 36)
+        #expect(try Signature(dataRepresentation: sig.dataRepresentation()).contentIdentity == sig.contentIdentity)
+        var other = sig
+        other.peaks[3].bin += 1
+        #expect(other.contentIdentity != sig.contentIdentity)
+        let later = SignatureGenerator.signature(of: Signal.slice(try await music.value(), start: 8, seconds: 5))
+        #expect(later.contentIdentity != sig.contentIdentity)
     }
 }
 
