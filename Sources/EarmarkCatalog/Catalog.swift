@@ -55,7 +55,14 @@ public final class Catalog {
         self.path = path
         self.configuration = configuration
         self.busyTimeout = max(0, min(busyTimeout, 86_400))
-        let exists = FileManager.default.fileExists(atPath: path)
+        if let scheme = Catalog.urlScheme(path) {
+            throw CatalogError(.invalidArgument, "\(scheme): catalogs are not supported; this build keeps a catalog in one SQLite file, so give a file path", path: path)
+        }
+        var isFolder: ObjCBool = false
+        let exists = FileManager.default.fileExists(atPath: path, isDirectory: &isFolder)
+        if isFolder.boolValue {
+            throw CatalogError(.invalidArgument, "is a folder, not a catalog file (a catalog is one file, e.g. \((path as NSString).appendingPathComponent("catalog.earcat")))", path: path)
+        }
         if !exists {
             guard create, !readOnly else {
                 throw CatalogError(.notFound, "no catalog here; build one with `earmark catalog add`", path: path)
@@ -68,11 +75,32 @@ public final class Catalog {
             }
         }
         db = try SQLiteConnection(path: path, readOnly: readOnly, create: create,
-                                  busyTimeoutMs: Int32(max(0, min(busyTimeout, 86_400)) * 1000))
+                                  busyTimeoutMs: Int32(max(0, min(busyTimeout, 86_400)) * 1000),
+                                  immutable: readOnly && exists && Catalog.onReadOnlyStorage(path))
         if !readOnly && db.isReadOnly {
             throw CatalogError(.readOnly, "catalog file is read-only", path: path)
         }
         try openSchema(fresh: !exists, readOnly: readOnly)
+    }
+
+    /// `postgres` for `postgres://host/db`: a path that is a URL.
+    static func urlScheme(_ path: String) -> String? {
+        guard let r = path.range(of: "://") else { return nil }
+        let scheme = path[..<r.lowerBound]
+        guard let first = scheme.unicodeScalars.first, CharacterSet.letters.contains(first),
+              scheme.unicodeScalars.allSatisfy({ CharacterSet.alphanumerics.contains($0) || "+-.".unicodeScalars.contains($0) })
+        else { return nil }
+        return String(scheme)
+    }
+
+    /// Whether a catalog must be read as immutable: its folder cannot be written (a read-only mount, a
+    /// container layer, a CD), so SQLite could not create the WAL index a WAL-mode file needs, and no
+    /// write-ahead log holds changes that only a normal open would see.
+    static func onReadOnlyStorage(_ path: String) -> Bool {
+        let folder = (path as NSString).deletingLastPathComponent
+        guard access(folder.isEmpty ? "." : folder, W_OK) != 0 else { return false }
+        let wal = (try? FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int) ?? 0
+        return wal == 0
     }
 
     private func openSchema(fresh: Bool, readOnly: Bool) throws {
@@ -97,7 +125,13 @@ public final class Catalog {
         guard version <= Catalog.schemaVersion else {
             throw CatalogError(.versionMismatch, "catalog schema \(version) is newer than this build (\(Catalog.schemaVersion)); upgrade Earmark", path: path)
         }
-        if !readOnly { try enableWAL() }
+        if !readOnly {
+            // Writing into a damaged file spreads the damage (and hides it behind a success), so a catalog
+            // opened for writing must pass SQLite's quick check first: one read of every page, about as
+            // long as reading the file.
+            try refuseWritesIfDamaged()
+            try enableWAL()
+        }
         if version < Catalog.schemaVersion {
             // Later migrations only add optional tables, so an older catalog can still be read as it is.
             if !readOnly { try migrate(from: version) }
@@ -109,6 +143,20 @@ public final class Catalog {
             throw CatalogError(.versionMismatch,
                                "catalog was built with signature algorithm \(sigVersion); this build uses \(configuration.version). Build a new catalog from the source files",
                                path: path)
+        }
+    }
+
+    private func refuseWritesIfDamaged() throws {
+        var problems: [String] = []
+        do {
+            let s = try db.prepare("PRAGMA quick_check(3)")
+            while try s.step() { if let m = s.string(0), m != "ok" { problems.append(m) } }
+        } catch let e as CatalogError where e.code == .damaged {
+            problems.append(e.message)
+        }
+        guard problems.isEmpty else {
+            throw CatalogError(.damaged, "catalog file is damaged (\(problems.joined(separator: "; "))); nothing was written to it. "
+                               + "Run `earmark catalog check` for details, and rebuild it or restore a copy", path: path)
         }
     }
 
@@ -262,7 +310,23 @@ public final class Catalog {
 
     /// Adds a track, its reference landmarks, its peak constellation (used to verify candidate
     /// matches) and its analysis results in one transaction. Identical audio (same content hash) is a no-op that returns the existing track.
+    /// Throws ``CatalogError/Code/invalidArgument`` (writing nothing) for data that no signature of the track's
+    /// duration can hold: ``check()`` would report it as damage.
     public func add(_ new: NewTrack, landmarks: [Landmark], peaks: [Peak], analyses: [TrackAnalysis] = []) throws -> AddResult {
+        guard new.duration.isFinite, new.duration >= 0, new.duration <= Signature.maximumDuration else {
+            throw CatalogError(.invalidArgument, "invalid track duration \(new.duration) s", path: path)
+        }
+        let lastFrame = configuration.lastFrame(duration: new.duration)
+        var previous: UInt32 = 0
+        for p in peaks {
+            guard p.frame >= previous, Int(p.frame) <= lastFrame, Int(p.bin) >= configuration.minBin, Int(p.bin) < configuration.maxBin else {
+                throw CatalogError(.invalidArgument, "peak at frame \(p.frame), bin \(p.bin) does not fit a \(new.duration)-s track in frame order", path: path)
+            }
+            previous = p.frame
+        }
+        if let l = landmarks.first(where: { $0.hash >= 1 << Landmarks.hashBits || Int($0.frame) > lastFrame }) {
+            throw CatalogError(.invalidArgument, "landmark (hash \(l.hash), frame \(l.frame)) does not fit a \(new.duration)-s track", path: path)
+        }
         let metaJSON = String(decoding: try JSONEncoder().encode(new.metadata), as: UTF8.self)
         return try db.writeTransaction {
             if let existing = try track(contentHash: new.contentHash) { return .duplicate(existing) }
@@ -439,14 +503,16 @@ public final class Catalog {
         var buckets = hashes.map { $0 >> Catalog.lowBits }
         buckets.sort()
         if let index = try currentMemoryIndex() {
-            index.data.withUnsafeBytes { data in
+            try index.data.withUnsafeBytes { data in
                 var last = UInt32.max
                 for b in buckets where b != last {
                     last = b
                     guard Int(b) + 1 < index.offsets.count else { continue }
                     let lo = Int(index.offsets[Int(b)]), hi = Int(index.offsets[Int(b) + 1])
                     guard hi > lo else { continue }
-                    Catalog.decodePostings(bucket: b, UnsafeRawBufferPointer(rebasing: data[lo..<hi]), body)
+                    guard Catalog.decodePostings(bucket: b, UnsafeRawBufferPointer(rebasing: data[lo..<hi]), body) else {
+                        throw damaged("the hash index's bucket \(b) is cut short")
+                    }
                 }
             }
             return
@@ -474,17 +540,29 @@ public final class Catalog {
             defer { s.reset() }
             while try s.step() {
                 let bucket = UInt32(truncatingIfNeeded: s.int64(0))
-                s.withBlob(1) { Catalog.decodePostings(bucket: bucket, $0, body) }
+                guard s.withBlob(1, { Catalog.decodePostings(bucket: bucket, $0, body) }) else {
+                    throw damaged("the hash index's bucket \(bucket) is cut short")
+                }
             }
         }
     }
 
+    /// Calls `body` for each posting of one bucket's blob; false when the blob ends inside a posting.
+    /// Stored values are taken modulo their field's width, so damaged bytes can name a track or frame that
+    /// does not exist but cannot trap; the caller finds no such track.
     @inline(__always)
-    private static func decodePostings(bucket: UInt32, _ raw: UnsafeRawBufferPointer, _ body: (UInt32, Int64, UInt32) -> Void) {
+    private static func decodePostings(bucket: UInt32, _ raw: UnsafeRawBufferPointer, _ body: (UInt32, Int64, UInt32) -> Void) -> Bool {
         var r = VarintReader(raw)
-        while let track = r.next(), let value = r.next() {
-            body(bucket << Catalog.lowBits | UInt32(value & 7), Int64(track), UInt32(truncatingIfNeeded: value >> 3))
+        while r.offset < raw.count {
+            guard let track = r.next(), let value = r.next() else { return false }
+            body(bucket << Catalog.lowBits | UInt32(value & 7), Int64(truncatingIfNeeded: track), UInt32(truncatingIfNeeded: value >> 3))
         }
+        return true
+    }
+
+    /// The error for stored data that cannot be what this build wrote.
+    func damaged(_ what: String) -> CatalogError {
+        CatalogError(.damaged, "damaged catalog: \(what); run `earmark catalog check`", path: path)
     }
 
     /// Copies the hash index into memory, so ``lookup(hashes:_:)`` reads no pages: worth it when one
@@ -553,24 +631,40 @@ public final class Catalog {
         return out
     }
 
-    /// The stored peaks of a track as (frame, bin), ordered by frame; empty when unknown.
+    /// The stored peaks of a track as (frame, bin), ordered by frame; empty when unknown. Throws
+    /// ``CatalogError/Code/damaged`` for a blob this build cannot have written.
     public func peaks(trackID: Int64) throws -> [(frame: UInt32, bin: UInt16)] {
-        let s = try db.cached("SELECT data FROM track_peaks WHERE track_id = ?1")
+        let s = try db.cached("SELECT p.data, t.duration FROM track_peaks p JOIN tracks t ON t.id = p.track_id WHERE p.track_id = ?1")
         defer { s.reset() }
         s.bind(1, trackID)
         guard try s.step() else { return [] }
-        return s.withBlob(0) { raw in
-            var out: [(frame: UInt32, bin: UInt16)] = []
-            out.reserveCapacity(raw.count / 2)
-            var r = VarintReader(raw)
-            var frame: UInt32 = 0
-            while let d = r.next(), r.offset < raw.count {
-                frame &+= UInt32(truncatingIfNeeded: d)
-                out.append((frame, UInt16(raw[r.offset]) + UInt16(configuration.minBin)))
-                r.offset += 1
+        let lastFrame = configuration.lastFrame(duration: min(max(0, s.double(1)), Signature.maximumDuration))
+        return try s.withBlob(0) { raw in
+            guard let peaks = Catalog.decodePeaks(raw, lastFrame: lastFrame, configuration: configuration) else {
+                throw damaged("track \(trackID)'s stored peaks are invalid")
             }
-            return out
+            return peaks
         }
+    }
+
+    /// Decodes a peak blob (see ``encodePeaks(_:configuration:)``); nil unless it ends on a whole peak, every
+    /// bin lies in the band and every frame at or before `lastFrame`.
+    static func decodePeaks(_ raw: UnsafeRawBufferPointer, lastFrame: Int, configuration: SignatureConfiguration)
+        -> [(frame: UInt32, bin: UInt16)]? {
+        var out: [(frame: UInt32, bin: UInt16)] = []
+        out.reserveCapacity(raw.count / 2)
+        let band = configuration.maxBin - configuration.minBin
+        var r = VarintReader(raw)
+        var frame = 0
+        while r.offset < raw.count {
+            guard let d = r.next(), r.offset < raw.count, d <= UInt64(lastFrame - frame) else { return nil }
+            frame += Int(d)
+            let b = Int(raw[r.offset])
+            guard b < band else { return nil }
+            out.append((UInt32(frame), UInt16(b + configuration.minBin)))
+            r.offset += 1
+        }
+        return out
     }
 
     // MARK: Stats and export
@@ -604,11 +698,64 @@ public final class Catalog {
         try db.execute("VACUUM")
     }
 
-    /// Runs SQLite's integrity check; returns the problems found (empty when healthy).
+    /// Runs SQLite's integrity check, then checks what SQLite sees as opaque bytes: every track's stored
+    /// peaks and every posting of the hash index decode, name existing tracks and frames within their
+    /// duration, and each track's postings add up to its landmark count. Returns the problems found
+    /// (empty when healthy; at most about 100).
     public func check() throws -> [String] {
-        let s = try db.prepare("PRAGMA integrity_check")
         var out: [String] = []
-        while try s.step() { if let m = s.string(0), m != "ok" { out.append(m) } }
+        do {
+            let s = try db.prepare("PRAGMA integrity_check")
+            while try s.step() { if let m = s.string(0), m != "ok" { out.append(m) } }
+        } catch let e as CatalogError where e.code == .damaged {
+            // So damaged that SQLite's own check cannot finish: that is the finding.
+            return [e.message]
+        }
+        guard out.isEmpty else { return out }
+        let limit = 100
+        func problem(_ text: String) { if out.count < limit { out.append(text) } }
+
+        var lastFrames: [Int64: Int] = [:], landmarkCounts: [Int64: Int] = [:]
+        let t = try db.prepare("SELECT id, duration, landmark_count FROM tracks")
+        while try t.step() {
+            let duration = t.double(1)
+            if !(duration >= 0 && duration <= Signature.maximumDuration) { problem("track \(t.int64(0)): invalid duration \(duration)") }
+            lastFrames[t.int64(0)] = configuration.lastFrame(duration: min(max(0, duration), Signature.maximumDuration))
+            landmarkCounts[t.int64(0)] = Int(t.int64(2))
+        }
+        var withPeaks = Set<Int64>()
+        let p = try db.prepare("SELECT track_id, data FROM track_peaks")
+        while try p.step() {
+            let id = p.int64(0)
+            withPeaks.insert(id)
+            guard let last = lastFrames[id] else { problem("stored peaks of track \(id), which does not exist"); continue }
+            if p.withBlob(1, { Catalog.decodePeaks($0, lastFrame: last, configuration: configuration) }) == nil {
+                problem("track \(id): stored peaks are invalid (cut short, a bin outside the band or a frame past its end)")
+            }
+        }
+        for id in lastFrames.keys.sorted() where !withPeaks.contains(id) { problem("track \(id) has no stored peaks") }
+
+        var postings: [Int64: Int] = [:]
+        var badTracks = Set<Int64>(), lateFrames = Set<Int64>()
+        let buckets = 1 << (Landmarks.hashBits - Int(Catalog.lowBits))
+        let q = try db.prepare("SELECT bucket, data FROM postings")
+        while try q.step() {
+            let bucket = q.int64(0)
+            guard bucket >= 0, bucket < buckets else { problem("hash index: invalid bucket \(bucket)"); continue }
+            let whole = q.withBlob(1) { raw in
+                Catalog.decodePostings(bucket: UInt32(bucket), raw) { _, track, frame in
+                    guard let last = lastFrames[track] else { badTracks.insert(track); return }
+                    postings[track, default: 0] += 1
+                    if Int(frame) > last { lateFrames.insert(track) }
+                }
+            }
+            if !whole { problem("hash index: bucket \(bucket) is cut short") }
+        }
+        for id in badTracks.sorted() { problem("hash index: postings of track \(id), which does not exist") }
+        for id in lateFrames.sorted() { problem("hash index: postings of track \(id) past the track's end") }
+        for (id, count) in landmarkCounts.sorted(by: { $0.key < $1.key }) where postings[id, default: 0] != count {
+            problem("track \(id): \(postings[id, default: 0]) postings in the hash index, \(count) recorded")
+        }
         return out
     }
 }

@@ -6,12 +6,28 @@ final class SQLiteConnection {
     let handle: OpaquePointer
     let path: String
 
-    init(path: String, readOnly: Bool, create: Bool, busyTimeoutMs: Int32) throws {
+    /// `immutable`: read a file that nothing can change (read-only storage) without the WAL index or locks,
+    /// which SQLite would otherwise need to create beside it; implies `readOnly`.
+    init(path: String, readOnly: Bool, create: Bool, busyTimeoutMs: Int32, immutable: Bool = false) throws {
         var db: OpaquePointer?
-        var flags = readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE
-        if create && !readOnly { flags |= SQLITE_OPEN_CREATE }
+        var flags = readOnly || immutable ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE
+        if create && !readOnly && !immutable { flags |= SQLITE_OPEN_CREATE }
         flags |= SQLITE_OPEN_NOMUTEX
-        let rc = sqlite3_open_v2(path, &db, flags, nil)
+        var name = path
+        if immutable {
+            flags |= SQLITE_OPEN_URI
+            var escaped = ""
+            for c in path.unicodeScalars {
+                switch c {
+                case "%": escaped += "%25"
+                case "?": escaped += "%3f"
+                case "#": escaped += "%23"
+                default: escaped.unicodeScalars.append(c)
+                }
+            }
+            name = "file:" + escaped + "?immutable=1"
+        }
+        let rc = sqlite3_open_v2(name, &db, flags, nil)
         guard rc == SQLITE_OK, let db else {
             let msg = db.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
             if let db { sqlite3_close(db) }

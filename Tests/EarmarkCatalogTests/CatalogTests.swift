@@ -7,11 +7,12 @@ import Testing
 // Catalog unit tests use synthetic landmarks: exact posting sets are easy to state, and no audio
 // decoding is needed. Real music goes through the catalog in the matching, kit and CLI tests.
 
-/// `count` landmarks with hashes drawn from `hashes` (or the whole 21-bit space) and frames below 20,000.
-func makeLandmarks(seed: UInt64, count: Int, hashes: Range<UInt32> = 0..<(1 << 21)) -> [Landmark] {
+/// `count` landmarks with hashes drawn from `hashes` (or the whole 21-bit space) and frames below `frames`
+/// (20,000: a track of 200 s).
+func makeLandmarks(seed: UInt64, count: Int, hashes: Range<UInt32> = 0..<(1 << 21), frames: UInt32 = 20_000) -> [Landmark] {
     var rng = SeededRandom(seed: seed)
     return (0..<count).map { _ in
-        Landmark(hash: UInt32.random(in: hashes, using: &rng), frame: UInt32.random(in: 0..<20_000, using: &rng))
+        Landmark(hash: UInt32.random(in: hashes, using: &rng), frame: UInt32.random(in: 0..<frames, using: &rng))
     }
 }
 
@@ -59,7 +60,7 @@ struct TwoTrackCatalog {
     let a: Track, b: Track
     /// A's hashes lie in [0, 2^20), B's in [2^19, 2^21): half of A's range overlaps B's.
     let landmarksA = makeLandmarks(seed: 1, count: 3000, hashes: 0..<(1 << 20))
-    let landmarksB = makeLandmarks(seed: 2, count: 3000, hashes: (1 << 19)..<(1 << 21))
+    let landmarksB = makeLandmarks(seed: 2, count: 3000, hashes: (1 << 19)..<(1 << 21), frames: 18_000)
 
     init() throws {
         dir = try TemporaryDirectory("catalog")
@@ -112,7 +113,7 @@ struct CatalogContentTests {
             return q
         }
         guard case .added(let t) = try catalog.add(NewTrack(title: "R", duration: 30, contentHash: "r"),
-                                                   landmarks: makeLandmarks(seed: 3, count: 100), peaks: peaks)
+                                                   landmarks: makeLandmarks(seed: 3, count: 100, frames: 3000), peaks: peaks)
         else { throw TestSupportError("not added") }
         let kept = peaks.filter { Int($0.rank) < limit }
         #expect(kept.count > 100 && kept.count < peaks.count - 100)
@@ -157,7 +158,7 @@ struct CatalogContentTests {
 
         // Another connection adds a track and removes one: the copy notices both.
         let writer = try Catalog(path: f.path)
-        let c = makeLandmarks(seed: 77, count: 300)
+        let c = makeLandmarks(seed: 77, count: 300, frames: 3000)
         guard case .added(let trackC) = try writer.add(NewTrack(title: "C", duration: 30, contentHash: "hash-c"),
                                                        landmarks: c, peaks: []) else {
             Issue.record("C was not added")
@@ -178,7 +179,7 @@ struct CatalogContentTests {
     func duplicateContentHash() throws {
         let f = try TwoTrackCatalog()
         let catalog = try Catalog(path: f.path)
-        let other = makeLandmarks(seed: 99, count: 500)
+        let other = makeLandmarks(seed: 99, count: 500, frames: 1000)
         let result = try catalog.add(NewTrack(title: "A again", duration: 10, contentHash: "hash-a"),
                                      landmarks: other, peaks: [])
         #expect(result == .duplicate(f.a))
@@ -203,7 +204,7 @@ struct CatalogContentTests {
 
         // Ids are never reused.
         guard case .added(let c) = try catalog.add(NewTrack(title: "C", duration: 5, contentHash: "hash-c"),
-                                                   landmarks: makeLandmarks(seed: 3, count: 10), peaks: []) else {
+                                                   landmarks: makeLandmarks(seed: 3, count: 10, frames: 500), peaks: []) else {
             Issue.record("C was not added")
             return
         }
@@ -304,7 +305,7 @@ struct CatalogReadOnlyTests {
         let f = try TwoTrackCatalog()
         let catalog = try Catalog(path: f.path, readOnly: true)
         #expect(catalogError {
-            _ = try catalog.add(NewTrack(title: "C", duration: 1, contentHash: "hash-c"), landmarks: makeLandmarks(seed: 5, count: 10), peaks: [])
+            _ = try catalog.add(NewTrack(title: "C", duration: 1, contentHash: "hash-c"), landmarks: makeLandmarks(seed: 5, count: 10, frames: 100), peaks: [])
         } == .readOnly)
         #expect(catalogError { try catalog.remove(ids: [f.a.id]) } == .readOnly)
         #expect(try Catalog(path: f.path, readOnly: true).tracks() == [f.a, f.b])
@@ -353,7 +354,7 @@ struct CatalogLockTests {
         let start = clock.now
         #expect(catalogError {
             _ = try catalog.add(NewTrack(title: "C", duration: 1, contentHash: "hash-c"),
-                                landmarks: makeLandmarks(seed: 5, count: 10), peaks: [])
+                                landmarks: makeLandmarks(seed: 5, count: 10, frames: 100), peaks: [])
         } == .locked)
         let waited = clock.now - start
         #expect(waited >= .milliseconds(400), "gave up after \(waited), before the busy timeout")
@@ -371,7 +372,7 @@ struct CatalogLockTests {
         #expect(try postings(catalog, f.landmarksA.map(\.hash)).filter { $0.track == f.a.id } == expected(f.landmarksA, track: f.a.id))
         // Once the lock is gone, the same connection writes again.
         let result = try catalog.add(NewTrack(title: "C", duration: 1, contentHash: "hash-c"),
-                                     landmarks: makeLandmarks(seed: 5, count: 10), peaks: [])
+                                     landmarks: makeLandmarks(seed: 5, count: 10, frames: 100), peaks: [])
         guard case .added = result else {
             Issue.record("expected .added, got \(result)")
             return
@@ -422,4 +423,146 @@ final class Box<T>: @unchecked Sendable {
     private var items: [T] = []
     func append(_ e: T) { lock.withLock { items.append(e) } }
     var all: [T] { lock.withLock { items } }
+}
+
+/// Mounts for the storage tests: a read-only view of a folder, and a small file system that fills up.
+/// Both need root and a kernel that lets this process mount (true on CI machines; not inside every container).
+enum TestMounts {
+    static let available: Bool = {
+        guard geteuid() == 0, let dir = try? TemporaryDirectory("mount-probe") else { return false }
+        let target = dir.path("m")
+        try? FileManager.default.createDirectory(atPath: target, withIntermediateDirectories: true)
+        guard (try? Run.checked("mount", ["-t", "tmpfs", "-o", "size=64k", "tmpfs", target])) != nil else { return false }
+        _ = try? Run.checked("umount", [target])
+        return true
+    }()
+
+    /// `folder` seen read-only at a new mount point, until `body` returns.
+    static func readOnlyView<T>(of folder: String, in dir: TemporaryDirectory, _ body: (String) throws -> T) throws -> T {
+        let view = dir.path("read-only-view")
+        try FileManager.default.createDirectory(atPath: view, withIntermediateDirectories: true)
+        try Run.checked("mount", ["--bind", folder, view])
+        defer { _ = try? Run.checked("umount", [view]) }
+        try Run.checked("mount", ["-o", "remount,ro,bind", view])
+        return try body(view)
+    }
+
+    /// A tmpfs of `kilobytes` at a new mount point, until `body` returns.
+    static func smallDisk<T>(kilobytes: Int, in dir: TemporaryDirectory, _ body: (String) throws -> T) throws -> T {
+        let disk = dir.path("small-disk")
+        try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
+        try Run.checked("mount", ["-t", "tmpfs", "-o", "size=\(kilobytes)k", "tmpfs", disk])
+        defer { _ = try? Run.checked("umount", ["-l", disk]) }
+        return try body(disk)
+    }
+}
+
+@Suite("Catalog: damage and hostile storage")
+struct CatalogDamageTests {
+    /// Overwrites page `page` (1-based) of the file with a pattern, as a bad sector or a stray write would.
+    func overwrite(page: Int, of path: String) throws {
+        let pageSize = Int(try Run.sqlite(path, "PRAGMA page_size").trimmingCharacters(in: .whitespacesAndNewlines))!
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: path))
+        defer { try? handle.close() }
+        try handle.seek(toOffset: UInt64((page - 1) * pageSize))
+        try handle.write(contentsOf: Data((0..<pageSize).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }))
+    }
+
+    @Test("with one page overwritten, every write is refused naming `catalog check` and the file is left as it was; reads and check tell the truth")
+    func overwrittenPage() throws {
+        let f = try TwoTrackCatalog()
+        let root = Int(try Run.sqlite(f.path, "SELECT rootpage FROM sqlite_master WHERE name = 'postings'")
+            .trimmingCharacters(in: .whitespacesAndNewlines))!
+        try overwrite(page: root, of: f.path)
+        let before = try Data(contentsOf: URL(fileURLWithPath: f.path))
+        for create in [false, true] {
+            do {
+                _ = try Catalog(path: f.path, create: create)
+                Issue.record("a damaged catalog opened for writing")
+            } catch let e as CatalogError {
+                #expect(e.code == .damaged)
+                #expect(e.message.contains("earmark catalog check"), "\(e)")
+            }
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: f.path)) == before, "not a byte written")
+        let reader = try Catalog(path: f.path, readOnly: true)
+        #expect(!(try reader.check()).isEmpty, "check reports the damage")
+        // A read either returns what is stored or says the catalog is damaged.
+        do { #expect(try reader.tracks() == [f.a, f.b]) } catch let e as CatalogError { #expect(e.code == .damaged) }
+    }
+
+    @Test("a truncated catalog file is refused for writing and reported by check")
+    func truncatedFile() throws {
+        let f = try TwoTrackCatalog()
+        let data = try Data(contentsOf: URL(fileURLWithPath: f.path))
+        try data.prefix(data.count / 2).write(to: URL(fileURLWithPath: f.path))
+        let before = try Data(contentsOf: URL(fileURLWithPath: f.path))
+        #expect(catalogError { _ = try Catalog(path: f.path) } == .damaged)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: f.path)) == before)
+        let problems = (try? Catalog(path: f.path, readOnly: true).check()) ?? ["cannot open"]
+        #expect(!problems.isEmpty)
+    }
+
+    @Test("a URL or a folder given as the catalog is refused with a clear error and creates nothing")
+    func urlAndFolder() throws {
+        let dir = try TemporaryDirectory("url")
+        do {
+            _ = try Catalog(path: "postgres://user@db.example:5432/music", create: true)
+            Issue.record("a URL was accepted")
+        } catch let e as CatalogError {
+            #expect(e.code == .invalidArgument)
+            #expect(e.message.hasPrefix("postgres:"), "\(e)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: "postgres:"), "no folder named after the scheme")
+        do {
+            _ = try Catalog(path: dir.path, readOnly: true)
+            Issue.record("a folder was accepted")
+        } catch let e as CatalogError {
+            #expect(e.code == .invalidArgument)
+            #expect(e.message.contains("folder"), "\(e)")
+        }
+    }
+
+    @Test("a catalog made by adds (WAL mode) reads from read-only storage: tracks, lookups and check; writes are .readOnly",
+          .enabled(if: TestMounts.available, "needs root and permission to mount"))
+    func readOnlyStorage() throws {
+        let f = try TwoTrackCatalog()
+        #expect(try Run.sqlite(f.path, "PRAGMA journal_mode").contains("wal"))
+        try TestMounts.readOnlyView(of: f.dir.path, in: try TemporaryDirectory("ro")) { view in
+            let path = (view as NSString).appendingPathComponent("test.earcat")
+            let catalog = try Catalog(path: path, readOnly: true)
+            #expect(try catalog.tracks() == [f.a, f.b])
+            #expect(try postings(catalog, f.landmarksA.map(\.hash)).filter { $0.track == f.a.id } == expected(f.landmarksA, track: f.a.id))
+            #expect(try catalog.check().isEmpty)
+            #expect(try catalog.peaks(trackID: f.b.id).count == 500)
+            #expect(catalogError { _ = try Catalog(path: path) } == .readOnly)
+        }
+    }
+
+    @Test("a full disk fails the add that does not fit with .ioError; the tracks before it stay whole",
+          .enabled(if: TestMounts.available, "needs root and permission to mount"))
+    func fullDisk() throws {
+        try TestMounts.smallDisk(kilobytes: 512, in: try TemporaryDirectory("full")) { disk in
+            let path = (disk as NSString).appendingPathComponent("full.earcat")
+            var added = 0
+            var failure: CatalogError?
+            do {
+                let catalog = try Catalog(path: path, create: true)
+                for k in 0..<200 {
+                    let landmarks = makeLandmarks(seed: UInt64(100 + k), count: 4000)
+                    _ = try catalog.add(NewTrack(title: "T\(k)", duration: 200, contentHash: "full-\(k)"),
+                                        landmarks: landmarks, peaks: makePeaks(seed: UInt64(k), count: 2000))
+                    added += 1
+                }
+            } catch let e as CatalogError {
+                failure = e
+            }
+            #expect(failure?.code == .ioError, "\(String(describing: failure))")
+            #expect(failure?.message.contains("disk full") == true, "\(String(describing: failure))")
+            #expect(added > 0)
+            let reader = try Catalog(path: path, readOnly: true)
+            #expect(try reader.tracks().map(\.title) == (0..<added).map { "T\($0)" })
+            #expect(try reader.check().isEmpty)
+        }
+    }
 }

@@ -1,0 +1,83 @@
+import EarmarkTestSupport
+import Foundation
+import Testing
+
+/// FNV-1a, 32 bits: the signature file's checksum, recomputed here as anyone editing a file can.
+private func fnv1a32(_ bytes: some Sequence<UInt8>) -> UInt32 {
+    var h: UInt32 = 0x811C_9DC5
+    for b in bytes { h = (h ^ UInt32(b)) &* 0x0100_0193 }
+    return h
+}
+
+/// Rewrites the signature file at `path` with `edit` applied to its bytes and a correct checksum.
+private func tamper(_ path: String, _ edit: (inout [UInt8]) -> Void) throws {
+    var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
+    edit(&bytes)
+    let sum = fnv1a32(bytes[0..<(bytes.count - 4)])
+    for k in 0..<4 { bytes[bytes.count - 4 + k] = UInt8(truncatingIfNeeded: sum >> (8 * UInt32(k))) }
+    try Data(bytes).write(to: URL(fileURLWithPath: path))
+}
+
+@Suite("earmark CLI: untrusted signature files and damaged catalogs")
+struct UntrustedInputCLITests {
+    /// Peak `i` of a signature file starts at byte 24 + 12 i: frame (u32), bin (u16), rank (u16), level (f32).
+    @Test("a signature file with a valid checksum but a peak outside the band or the duration: match exits 2, not valid",
+          arguments: [("bin", 0), ("bin", 256), ("frame", 0xFFFF_FFFF), ("frame", 0x8000_0000)])
+    func tamperedSignature(field: String, value: Int) async throws {
+        let f = try await CLIFixture.shared.value()
+        let sig = f.dir.path("tampered-\(UUID().uuidString.prefix(6)).earsig")
+        #expect(try EarmarkCLI.run(["signature", try f.clip("pingus-4", at: 30).path, "-o", sig]).status == 0)
+        try tamper(sig) { bytes in
+            let count = (bytes.count - 28) / 12
+            let at = 24 + 12 * (field == "bin" ? count / 2 : count - 1)
+            if field == "bin" {
+                bytes[at + 4] = UInt8(value & 0xFF)
+                bytes[at + 5] = UInt8(value >> 8)
+            } else {
+                for k in 0..<4 { bytes[at + k] = UInt8((value >> (8 * k)) & 0xFF) }
+            }
+        }
+        let out = try EarmarkCLI.run(["match", "--catalog", f.catalog, sig], timeout: 60)
+        #expect(out.status == 2, "\(out)")
+        #expect(out.stderrText.contains("not a valid signature file"), "\(out)")
+    }
+
+    @Test("catalog add of two signature files adds both; the second add of them changes nothing")
+    func twoSignatures() async throws {
+        let f = try await CLIFixture.shared.value()
+        let dir = try TemporaryDirectory("cli-sigs")
+        let a = dir.path("a.earsig"), b = dir.path("b.earsig")
+        #expect(try EarmarkCLI.run(["signature", try f.clip("pingus-3", at: 20).path, "-o", a]).status == 0)
+        #expect(try EarmarkCLI.run(["signature", try f.clip("sorcerer", at: 20).path, "-o", b]).status == 0)
+        let catalog = dir.path("sigs.earcat")
+        let first = try EarmarkCLI.run(["catalog", "add", "--catalog", catalog, "--json", a, b])
+        #expect(first.status == 0, "\(first)")
+        #expect((try json(first) as? [String: Any])?["added"] as? Int == 2, "\(first)")
+        #expect(try listTracks(catalog).count == 2)
+        let again = try EarmarkCLI.run(["catalog", "add", "--catalog", catalog, "--json", a, b])
+        #expect(again.status == 0, "\(again)")
+        #expect((try json(again) as? [String: Any])?["added"] as? Int == 0, "\(again)")
+        #expect(try listTracks(catalog).count == 2)
+    }
+
+    @Test("catalog add into a catalog with an overwritten page: exit 2 naming `catalog check`, the file unchanged")
+    func damagedCatalog() async throws {
+        let f = try await CLIFixture.shared.value()
+        let dir = try TemporaryDirectory("cli-damaged")
+        let catalog = dir.path("damaged.earcat")
+        #expect(try EarmarkCLI.run(["catalog", "export", "--catalog", f.catalog, catalog]).status == 0)
+        let root = Int(try Run.sqlite(catalog, "SELECT rootpage FROM sqlite_master WHERE name = 'tracks'")
+            .trimmingCharacters(in: .whitespacesAndNewlines))!
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: catalog))
+        try handle.seek(toOffset: UInt64((root - 1) * 4096))
+        try handle.write(contentsOf: Data(repeating: 0xA5, count: 4096))
+        try handle.close()
+        let before = try Data(contentsOf: URL(fileURLWithPath: catalog))
+        let add = try EarmarkCLI.run(["catalog", "add", "--catalog", catalog, try f.clip("pingus-4", at: 5).path])
+        #expect(add.status == 2, "\(add)")
+        #expect(add.stderrText.contains("earmark catalog check"), "\(add)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: catalog)) == before)
+        let check = try EarmarkCLI.run(["catalog", "check", "--catalog", catalog])
+        #expect(check.status != 0, "\(check)")
+    }
+}
