@@ -90,6 +90,70 @@ struct IngestorTests {
     }
 }
 
+@Suite("Ingestor: what is not a track")
+struct IngestorRefusalTests {
+    @Test("two signature files of different music are both added; the same signature again is a duplicate")
+    func signatureFiles() async throws {
+        let dir = try TemporaryDirectory("ingest-sigs")
+        let clips = try makeExcerpts([("pingus-3", 20, "a.wav"), ("pingus-5", 40, "b.wav")], in: dir.file("clips"))
+        var sigs: [String] = []
+        for clip in clips {
+            let out = dir.path(clip.deletingPathExtension().lastPathComponent + ".earsig")
+            try Fingerprinter.fingerprint(path: clip.path).signature.dataRepresentation().write(to: URL(fileURLWithPath: out))
+            sigs.append(out)
+        }
+        let copy = dir.path("a-again.earsig")
+        try FileManager.default.copyItem(atPath: sigs[0], toPath: copy)
+        let catalogPath = dir.path("catalog.earcat")
+        let outcomes = try await Ingestor(catalogPath: catalogPath, workers: 2).add(files: sigs + [copy])
+        #expect(outcomes.map(\.status) == [.added, .added, .duplicate], "\(outcomes.map { $0.error ?? "ok" })")
+        #expect(outcomes[2].track?.id == outcomes[0].track?.id)
+        let stored = try Catalog(path: catalogPath, readOnly: true).tracks()
+        #expect(stored.count == 2)
+        #expect(stored.allSatisfy { $0.contentHash.hasPrefix("sig-") })
+        // Both are matchable: each clip's audio finds its own signature-made track.
+        let recognizer = try Recognizer(catalogPath: catalogPath)
+        for (clip, outcome) in zip(clips, outcomes) {
+            #expect(try recognizer.match(path: clip.path).matches.first?.track.id == outcome.track?.id)
+        }
+    }
+
+    @Test("digital silence and near-silence are refused as no usable sound; nothing is stored")
+    func silence() async throws {
+        let dir = try TemporaryDirectory("ingest-silence")
+        let silent = dir.path("silence.wav"), hiss = dir.path("hiss.wav")
+        try Run.sox(["-n", "-r", "44100", "-c", "2", "-b", "16", silent, "trim", "0", "300"])
+        try Run.sox(["-n", "-r", "44100", "-c", "1", "-b", "16", hiss, "synth", "20", "whitenoise", "vol", "0.00002"])
+        let catalogPath = dir.path("catalog.earcat")
+        let outcomes = try await Ingestor(catalogPath: catalogPath).add(files: [silent, hiss])
+        #expect(outcomes.map(\.status) == [.failed, .failed])
+        #expect(outcomes.allSatisfy { $0.error?.contains("no usable sound") == true }, "\(outcomes.map { $0.error ?? "ok" })")
+        #expect(try Catalog(path: catalogPath, readOnly: true).tracks().isEmpty)
+    }
+
+    @Test("a truncated MP3 (its header states the full length) is refused as truncated; the whole file is added",
+          arguments: [true, false])
+    func truncatedMP3(cut: Bool) async throws {
+        let dir = try TemporaryDirectory("ingest-truncated")
+        let whole = dir.path("whole.mp3")
+        try Run.ffmpeg(["-i", try TestAudio.set().reference("pingus-4").path, "-t", "30", "-b:a", "128k", whole])
+        var path = whole
+        if cut {
+            path = dir.path("cut.mp3")
+            let data = try Data(contentsOf: URL(fileURLWithPath: whole))
+            try data.prefix(data.count / 8).write(to: URL(fileURLWithPath: path))
+        }
+        let outcomes = try await Ingestor(catalogPath: dir.path("catalog.earcat")).add(files: [path])
+        if cut {
+            #expect(outcomes[0].status == .failed)
+            #expect(outcomes[0].error?.contains("truncated") == true, "\(outcomes[0].error ?? "no error")")
+        } else {
+            #expect(outcomes[0].status == .added, "\(outcomes[0].error ?? "")")
+            #expect(abs((outcomes[0].track?.duration ?? 0) - 30) < 0.1)
+        }
+    }
+}
+
 @Suite("Recognizer")
 struct RecognizerTests {
     @Test("a clip and its .earsig signature file both identify the track they came from")
