@@ -44,6 +44,11 @@ public final class AudioFileReader {
         guard FileManager.default.isReadableFile(atPath: path) else {
             throw AudioError(.unreadable, "permission denied", path: path)
         }
+        var info = stat()
+        if stat(path, &info) == 0, info.st_mode & S_IFMT != S_IFREG {
+            let kind = info.st_mode & S_IFMT == S_IFIFO ? "a pipe (FIFO)" : info.st_mode & S_IFMT == S_IFSOCK ? "a socket" : "a device"
+            throw AudioError(.unreadable, "is \(kind), not an audio file; to identify a stream, pipe it into `earmark listen --input -`", path: path)
+        }
         let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
         guard size > 0 else { throw AudioError(.empty, "file is empty (0 bytes)", path: path) }
 

@@ -56,7 +56,7 @@ public final class Catalog {
         self.configuration = configuration
         self.busyTimeout = max(0, min(busyTimeout, 86_400))
         if let scheme = Catalog.urlScheme(path) {
-            throw CatalogError(.invalidArgument, "\(scheme): catalogs are not supported; this build keeps a catalog in one SQLite file, so give a file path", path: path)
+            throw CatalogError(.invalidArgument, "a \(scheme):// URL; this build keeps a catalog in one SQLite file only, so give a file path", path: path)
         }
         var isFolder: ObjCBool = false
         let exists = FileManager.default.fileExists(atPath: path, isDirectory: &isFolder)

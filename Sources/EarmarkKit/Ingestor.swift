@@ -101,10 +101,7 @@ public struct Ingestor: Sendable {
                         let f = try Fingerprinter.fingerprint(path: path, configuration: configuration.forCatalog,
                                                               analyses: analyze ? .all(sound: model) : Analyses())
                         // Silence, near-silence and sub-second files would be tracks nothing can ever match.
-                        do { try f.signature.validateForMatching(configuration: configuration) } catch let e as SignatureError
-                            where e.code == .signatureDurationInvalid {
-                            throw SignatureError(e.code, String(format: "too short to index (%.2f s; at least 1 s is needed)", f.signature.duration))
-                        }
+                        try f.signature.validateForMatching(configuration: configuration)
                         let landmarks = Landmarks.extract(from: f.signature, role: .reference, configuration: configuration)
                         return (index, .success((f, landmarks)))
                     } catch {

@@ -27,7 +27,7 @@ public struct Signature: Sendable, Equatable {
         }
         try validateStructure(configuration: configuration)
         guard duration >= 1.0 else {
-            throw SignatureError(.signatureDurationInvalid, "audio too short to match (\(Signature.seconds(duration)); at least 1 s is needed)")
+            throw SignatureError(.signatureDurationInvalid, "too short: \(Signature.seconds(duration)) of audio; at least 1 s is needed")
         }
         let referencePeaks = peaks.lazy.filter { Int($0.rank) < configuration.referenceRankLimit }.count
         guard referencePeaks >= 8 else {
@@ -79,9 +79,11 @@ public struct Signature: Sendable, Equatable {
         }
     }
 
-    /// `1.00 s`, `0.998 s`: seconds as a person reads them, with enough digits to tell a value from its limit.
+    /// `2.50 s`, `0.998 s`: seconds as a person reads them; digits are cut, not rounded, so a value just
+    /// under a limit never reads as the limit.
     static func seconds(_ s: Double) -> String {
-        s >= 1 || s == 0 ? String(format: "%.2f s", s) : String(format: "%.3f s", s)
+        s >= 1 || s == 0 ? String(format: "%.2f s", (s * 100).rounded(.down) / 100)
+                         : String(format: "%.3f s", (s * 1000).rounded(.down) / 1000)
     }
 
     /// An identity of the signature's content (algorithm version and peaks, not the duration's last

@@ -66,7 +66,7 @@ struct CatalogAddCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Sound model for --analyze (default: see `earmark classify --help`).", valueName: "path"))
     var model: String?
 
-    @Option(name: [.customShort("j"), .long], help: ArgumentHelp(
+    @Option(name: [.customShort("j"), .long], parsing: .unconditional, help: ArgumentHelp(
         "Files decoded in parallel. Default: the number of processor cores.", valueName: "n"))
     var jobs: Int?
 

@@ -29,13 +29,13 @@ struct ClassifyCommand: AsyncParsableCommand {
     @Flag(help: "Print JSON on standard output instead of text.")
     var json = false
 
-    @Option(help: ArgumentHelp("Labels per window.", valueName: "k"))
+    @Option(parsing: .unconditional, help: ArgumentHelp("Labels per window.", valueName: "k"))
     var top: Int = 3
 
-    @Option(help: ArgumentHelp("Window length in seconds (default: the model's patch, 0.96 s for YAMNet).", valueName: "seconds"))
+    @Option(parsing: .unconditional, help: ArgumentHelp("Window length in seconds (default: the model's patch, 0.96 s for YAMNet).", valueName: "seconds"))
     var window: Double?
 
-    @Option(help: ArgumentHelp("Fraction of a window shared with the next, 0 ≤ f < 1.", valueName: "f"))
+    @Option(parsing: .unconditional, help: ArgumentHelp("Fraction of a window shared with the next, 0 ≤ f < 1.", valueName: "f"))
     var overlap: Double = 0.5
 
     @Option(help: ArgumentHelp("Sound model file (.emodel).", valueName: "path"))

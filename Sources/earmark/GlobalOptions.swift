@@ -16,7 +16,7 @@ struct GlobalOptions: ParsableArguments {
     @Flag(name: .long, help: "Print machine-readable JSON on standard output instead of text.")
     var json = false
 
-    @Option(name: .customLong("lock-timeout"), help: ArgumentHelp(
+    @Option(name: .customLong("lock-timeout"), parsing: .unconditional, help: ArgumentHelp(
         "Seconds to wait while another earmark process holds the catalog's write lock.",
         valueName: "seconds"))
     var lockTimeout: Double = 30

@@ -71,17 +71,17 @@ struct ListenCommand: AsyncParsableCommand {
     @Flag(help: "Stop at the first match (exit 0), or exit 1 if the input ends without one.")
     var once = false
 
-    @Option(help: ArgumentHelp("Stop after this many seconds of audio.", valueName: "seconds"))
+    @Option(parsing: .unconditional, help: ArgumentHelp("Stop after this many seconds of audio.", valueName: "seconds"))
     var duration: Double?
 
     @Option(help: ArgumentHelp("With --input -: the stream is raw PCM in this format (s16le, s24le, s32le, f32le), not WAV.",
                                valueName: "format"))
     var raw: String?
 
-    @Option(help: ArgumentHelp("Sample rate of raw PCM input.", valueName: "Hz"))
+    @Option(parsing: .unconditional, help: ArgumentHelp("Sample rate of raw PCM input.", valueName: "Hz"))
     var rate: Double = 44_100
 
-    @Option(help: ArgumentHelp("Channels of raw PCM input.", valueName: "n"))
+    @Option(parsing: .unconditional, help: ArgumentHelp("Channels of raw PCM input.", valueName: "n"))
     var channels: Int = 1
 
     @Flag(help: "Also report the loudness heard (EBU R 128 momentary and short-term, LUFS) every second.")
@@ -97,7 +97,7 @@ struct ListenCommand: AsyncParsableCommand {
                                valueName: "file"))
     var record: String?
 
-    @Option(help: ArgumentHelp("Seconds of recent audio each attempt matches (3–60).", valueName: "seconds"))
+    @Option(parsing: .unconditional, help: ArgumentHelp("Seconds of recent audio each attempt matches (3–60).", valueName: "seconds"))
     var window: Double = StreamingOptions.default.window
 
     func validate() throws {
@@ -381,7 +381,7 @@ final class ListenDisplay: @unchecked Sendable {
     }
 
     static func describe(_ m: Match, at position: Double) -> String {
-        "\(trackLabel(m.track))  at \(formatOffset(position))" + String(format: ", confidence %.2f", m.confidence) + speedSuffix(m)
+        "\(trackLabel(m.track))  at \(formatOffset(position))" + String(format: ", confidence %.2f", m.confidence) + skewSuffix(m)
     }
 
     /// One NDJSON line on standard output, written at once.

@@ -46,7 +46,7 @@ struct MatchCommand: AsyncParsableCommand {
     @Argument(help: ArgumentHelp("Audio clips or .earsig signature files to identify.", valueName: "clip"))
     var clips: [String]
 
-    @Option(name: .customLong("max-matches"), help: ArgumentHelp(
+    @Option(name: .customLong("max-matches"), parsing: .unconditional, help: ArgumentHelp(
         "Report at most this many tracks per clip.", valueName: "n"))
     var maxMatches: Int = MatchOptions.default.maximumMatches
 
@@ -176,9 +176,12 @@ struct ClipReport: Encodable {
         return lines.joined(separator: "\n")
     }
 
+    /// What was heard where, and the evidence that decided it. Matches are ranked by their evidence (decades
+    /// against chance), not by aligned hashes, so the hash count of the best other track is named as such.
     static func describe(_ m: Match) -> String {
-        "\(trackLabel(m.track))  at \(formatOffset(m.matchOffset))"
-            + String(format: " (offset %.2f s), confidence %.2f, score %d (runner-up %d), clip %.1f–%.1f s",
-                     m.matchOffset, m.confidence, m.score, m.runnerUpScore, m.queryStart, m.queryEnd) + speedSuffix(m)
+        "\(trackLabel(m.track))  \(formatOffset(m.referenceStart))–\(formatOffset(m.referenceEnd))"
+            + String(format: " heard at %.1f–%.1f s of the clip", m.queryStart, m.queryEnd) + skewSuffix(m)
+            + String(format: "; confidence %.2f (evidence %.1f decades: %d of %d peaks verified, %d aligned hashes; best other track %d hashes)",
+                     m.confidence, m.significance, m.verifiedPeaks, m.queryPeaks, m.score, m.runnerUpScore)
     }
 }

@@ -111,10 +111,21 @@ func trackLabel(_ track: Track) -> String {
     return label
 }
 
-/// `, speed +3.0 %` for a match played faster or slower than its reference; empty under 0.2 %, which
-/// is measurement noise for a clip played at its own speed.
-func speedSuffix(_ m: Match) -> String {
-    abs(m.frequencySkew) >= 0.002 ? String(format: ", speed %+.1f %%", m.frequencySkew * 100) : ""
+/// `, speed +3.0 %`, `, tempo −4.0 %` or `, pitch +5.9 % (+1.0 semitones)` for a clip that differs from its
+/// reference: speed when time and pitch changed together, tempo or pitch when one alone did (both when
+/// both did, apart). Empty under 0.2 %, which is measurement noise for a clip played as it was.
+func skewSuffix(_ m: Match) -> String {
+    let tempo = m.timeScale - 1, pitch = m.frequencySkew
+    let hasTempo = abs(tempo) >= 0.002, hasPitch = abs(pitch) >= 0.002
+    func semitones(_ p: Double) -> String { String(format: "%+.1f semitones", 12 * log2(1 + p)) }
+    switch (hasTempo, hasPitch) {
+    case (false, false): return ""
+    case (true, true) where abs(tempo - pitch) < 0.005: return String(format: ", speed %+.1f %%", pitch * 100)
+    case (true, true):
+        return String(format: ", tempo %+.1f %%, pitch %+.1f %% (", tempo * 100, pitch * 100) + semitones(pitch) + ")"
+    case (true, false): return String(format: ", tempo %+.1f %%", tempo * 100)
+    case (false, true): return String(format: ", pitch %+.1f %% (", pitch * 100) + semitones(pitch) + ")"
+    }
 }
 
 /// A level such as `-23.0 LUFS`, or `—` when there is none (silence).

@@ -47,7 +47,7 @@ struct SignatureCommand: AsyncParsableCommand {
                                               peaks: signature.peaks.count, bytes: data.count))
             } else {
                 print("\(output): \(formatDuration(signature.duration))"
-                      + String(format: " (%.2f s), %d peaks, %d bytes", signature.duration, signature.peaks.count, data.count))
+                      + String(format: " (%.3f s), %d peaks, %d bytes", signature.duration, signature.peaks.count, data.count))
             }
         }
     }

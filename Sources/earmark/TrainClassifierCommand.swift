@@ -37,7 +37,7 @@ struct TrainClassifierCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Name stored in the model.", valueName: "name"))
     var name: String?
 
-    @Option(help: ArgumentHelp("Training passes over the examples.", valueName: "n"))
+    @Option(parsing: .unconditional, help: ArgumentHelp("Training passes over the examples.", valueName: "n"))
     var epochs: Int = 300
 
     @Flag(help: "Replace an existing output file.")

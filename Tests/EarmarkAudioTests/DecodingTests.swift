@@ -132,6 +132,22 @@ struct BadInputTests {
         #expect(decodeErrorCode(url) == .empty)
     }
 
+    @Test("a FIFO or a device is not an audio file (they are not 'empty'), and the error says how to read a stream")
+    func notAFile() throws {
+        let dir = try TemporaryDirectory("fifo")
+        let fifo = dir.path("stream.wav")
+        #expect(mkfifo(fifo, 0o600) == 0)
+        for (path, kind) in [(fifo, "a pipe"), ("/dev/zero", "a device")] {
+            do {
+                _ = try AudioFileReader(path: path)
+                Issue.record("\(path) opened as audio")
+            } catch let e as AudioError {
+                #expect(e.code == .unreadable)
+                #expect(e.message.contains(kind) && e.message.contains("listen --input -"), "\(e)")
+            }
+        }
+    }
+
     @Test("a WAV header with no samples is .empty")
     func headerOnly() throws {
         let dir = try TemporaryDirectory("header")

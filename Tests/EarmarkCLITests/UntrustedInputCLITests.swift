@@ -42,6 +42,16 @@ struct UntrustedInputCLITests {
         #expect(out.stderrText.contains("not a valid signature file"), "\(out)")
     }
 
+    @Test("a negative number reaches the option's range check instead of 'Missing value'",
+          arguments: [(["match", "--max-matches", "-1", "x.wav"], "--max-matches must be at least 1"),
+                      (["listen", "--duration", "-5"], "--duration must be"),
+                      (["catalog", "add", "--jobs", "-2", "x.wav"], "--jobs must be at least 1")])
+    func negativeNumbers(arguments: [String], message: String) throws {
+        let out = try EarmarkCLI.run(arguments)
+        #expect(out.status == 64, "\(out)")
+        #expect(out.stderrText.contains(message) && !out.stderrText.contains("Missing value"), "\(out)")
+    }
+
     @Test("catalog add of two signature files adds both; the second add of them changes nothing")
     func twoSignatures() async throws {
         let f = try await CLIFixture.shared.value()
