@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sound-classification benchmark: accuracy (speech / music / silence / noise per window) and speed on
 # real recordings from Debian packages (tools/classify-data.sh, cached), with the YAMNet model of
-# tools/fetch-model.sh, and top-5 agreement with onnxruntime's run of the same network on the same input.
+# tools/fetch-model.sh, and top-5 agreement with the exact integer reference (and with onnxruntime where its
+# integer kernels are exact) on the same input.
 #
 #   tools/classify-bench.sh            # everything
 #   tools/classify-bench.sh --limit 40 # a quick draw (extra earmark-classify-bench flags)

