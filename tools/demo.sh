@@ -29,3 +29,16 @@ sox -m "$tmp/cut.wav" -v "$vol" "$tmp/noise.wav" "$tmp/noisy.wav"
 ffmpeg -v error -y -i "$tmp/noisy.wav" -b:a 64k "$tmp/clip.mp3"
 echo "== earmark match clip.mp3   (cut from $(basename "$track") at 40 s, pink noise 5 dB SNR, MP3 64 kbit/s)"
 "$earmark" match "$tmp/clip.mp3" --catalog "$catalog"
+
+here=$(pwd)
+cat <<NEXT
+
+== what to try next
+The program is $earmark and the demo catalog is $here/$catalog.
+  # identify any clip (a file in any format ffmpeg reads, or a .earsig):
+  $earmark match YOUR-CLIP.wav --catalog $here/$catalog
+  # listen to the microphone (or a stream: --input FILE or --input -) and name what plays:
+  $earmark listen --catalog $here/$catalog
+  # put earmark on your PATH with man pages and completions, and make this catalog the default:
+  bash tools/install.sh && export EARMARK_CATALOG=$here/$catalog
+NEXT
