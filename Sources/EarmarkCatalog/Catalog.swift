@@ -394,17 +394,23 @@ public final class Catalog {
         }
     }
 
-    /// Changes a track's descriptive fields; nil leaves a field as it is.
+    /// Changes a track's descriptive fields; nil leaves a field as it is. `metadata` adds or replaces keys;
+    /// `removingKeys` deletes keys, each of which must exist (``CatalogError/Code/invalidArgument`` otherwise,
+    /// changing nothing).
     public func update(id: Int64, title: String? = nil, artist: String? = nil, album: String? = nil,
-                       metadata: [String: JSONValue]? = nil) throws -> Track {
+                       metadata: [String: JSONValue]? = nil, removingKeys: Set<String> = []) throws -> Track {
         try db.writeTransaction {
             guard let t = try track(id: id) else { throw CatalogError(.noSuchTrack, "no track with id \(id)", path: path) }
+            if let missing = removingKeys.sorted().first(where: { t.metadata[$0] == nil }) {
+                throw CatalogError(.invalidArgument, "track \(id) has no metadata key '\(missing)'", path: path)
+            }
             let s = try db.prepare("UPDATE tracks SET title = ?2, artist = ?3, album = ?4, metadata = ?5 WHERE id = ?1")
             s.bind(1, id)
             s.bind(2, title ?? t.title)
             s.bind(3, artist ?? t.artist)
             s.bind(4, album ?? t.album)
-            let meta = metadata.map { t.metadata.merging($0) { _, new in new } } ?? t.metadata
+            var meta = metadata.map { t.metadata.merging($0) { _, new in new } } ?? t.metadata
+            for key in removingKeys { meta[key] = nil }
             s.bind(5, String(decoding: try JSONEncoder().encode(meta), as: UTF8.self))
             try s.run()
             return try track(id: id)!

@@ -7,9 +7,10 @@ struct CatalogUpdateCommand: AsyncParsableCommand {
         abstract: "Change a track's title, artist, album or metadata.",
         discussion: """
         Fields that are not given are left as they are. --set adds or replaces one metadata key \
-        (stored as a string); other keys are kept. Prints the updated track (--json: the track object).
+        (stored as a string); --unset deletes one (it must exist); other keys are kept. Prints the \
+        updated track (--json: the track object).
 
-        Example: earmark catalog update 12 --title "Hello, World" --set isrc=GBXXX0000001 --set year=1999
+        Example: earmark catalog update 12 --title "Hello, World" --set isrc=GBXXX0000001 --unset year
         """
     )
 
@@ -31,9 +32,16 @@ struct CatalogUpdateCommand: AsyncParsableCommand {
         "Set a metadata key (repeatable).", valueName: "key=value"))
     var assignments: [String] = []
 
+    @Option(name: .customLong("unset"), help: ArgumentHelp(
+        "Delete a metadata key (repeatable).", valueName: "key"))
+    var removals: [String] = []
+
     func validate() throws {
-        guard title != nil || artist != nil || album != nil || !assignments.isEmpty else {
-            throw ValidationError("Nothing to change: give --title, --artist, --album or --set key=value.")
+        guard title != nil || artist != nil || album != nil || !assignments.isEmpty || !removals.isEmpty else {
+            throw ValidationError("Nothing to change: give --title, --artist, --album, --set key=value or --unset key.")
+        }
+        if let both = removals.first(where: { key in assignments.contains { $0.hasPrefix(key + "=") } }) {
+            throw ValidationError("--set and --unset both name '\(both)'.")
         }
         _ = try parsedAssignments()
     }
@@ -51,12 +59,12 @@ struct CatalogUpdateCommand: AsyncParsableCommand {
 
     mutating func run() async throws {
         let options = options
-        let (id, title, artist, album) = (id, title, artist, album)
+        let (id, title, artist, album, removals) = (id, title, artist, album, Set(removals))
         let metadata = try parsedAssignments()
         try await reportingErrors {
             let catalog = try options.openForWriting()
             let track = try catalog.update(id: id, title: title, artist: artist, album: album,
-                                           metadata: metadata.isEmpty ? nil : metadata)
+                                           metadata: metadata.isEmpty ? nil : metadata, removingKeys: removals)
             if options.json {
                 try printJSON(track)
             } else {

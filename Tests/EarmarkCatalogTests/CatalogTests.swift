@@ -222,6 +222,18 @@ struct CatalogContentTests {
         #expect(try postings(catalog, f.landmarksA.map(\.hash)).filter { $0.track == f.a.id } == expected(f.landmarksA, track: f.a.id))
     }
 
+    @Test("update deletes metadata keys; a key that is not there is .invalidArgument and changes nothing")
+    func removeMetadataKeys() throws {
+        let f = try TwoTrackCatalog()
+        let catalog = try Catalog(path: f.path)
+        _ = try catalog.update(id: f.a.id, metadata: ["isrc": .string("X1"), "year": .string("1999"), "mood": .string("calm")])
+        let t = try catalog.update(id: f.a.id, metadata: ["mood": .string("bright")], removingKeys: ["year"])
+        #expect(t.metadata == ["isrc": .string("X1"), "mood": .string("bright")])
+        #expect(catalogError { _ = try catalog.update(id: f.a.id, title: "changed", removingKeys: ["isrc", "nope"]) } == .invalidArgument)
+        #expect(try catalog.track(id: f.a.id)?.title == "A", "nothing changed")
+        #expect(try catalog.track(id: f.a.id)?.metadata["isrc"] == .string("X1"))
+    }
+
     @Test("update changes the given fields only")
     func updateTrack() throws {
         let f = try TwoTrackCatalog()
