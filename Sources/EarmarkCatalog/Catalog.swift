@@ -417,6 +417,21 @@ public final class Catalog {
         }
     }
 
+    /// Points a track at the file it now lives in (the same audio, moved or renamed), so that the next
+    /// add of that file finds it unchanged instead of decoding it again.
+    public func relink(id: Int64, sourcePath: String, size: Int64?, modified: Double?) throws -> Track {
+        try db.writeTransaction {
+            let s = try db.prepare("UPDATE tracks SET source_path = ?2, source_size = ?3, source_mtime = ?4 WHERE id = ?1")
+            s.bind(1, id)
+            s.bind(2, sourcePath)
+            if let size { s.bind(3, size) }
+            if let modified { s.bind(4, modified) }
+            try s.run()
+            guard db.changes == 1, let t = try track(id: id) else { throw CatalogError(.noSuchTrack, "no track with id \(id)", path: path) }
+            return t
+        }
+    }
+
     /// Removes tracks and all their postings in one transaction; throws ``CatalogError/Code/noSuchTrack``
     /// (removing nothing) when any id is unknown.
     public func remove(ids: [Int64]) throws {

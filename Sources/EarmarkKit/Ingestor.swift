@@ -16,7 +16,8 @@ public struct TrackDescription: Sendable, Equatable {
 
 /// What happened to one file of a `catalog add`.
 public struct IngestOutcome: Sendable {
-    public enum Status: String, Sendable, Codable { case added, duplicate, unchanged, failed }
+    /// `moved`: the audio of a stored track whose file is gone; the track now points at this file.
+    public enum Status: String, Sendable, Codable { case added, duplicate, moved, unchanged, failed }
     public var path: String
     public var status: Status
     public var track: Track?
@@ -176,6 +177,11 @@ public struct Ingestor: Sendable {
             case .added(let t):
                 return IngestOutcome(path: path, status: .added, track: t, error: nil, audioSeconds: file.signature.duration)
             case .duplicate(let t):
+                // A stored track whose file is gone, found again elsewhere, was moved: follow it.
+                if t.sourcePath != abs, t.sourcePath.map({ !FileManager.default.fileExists(atPath: $0) }) ?? true {
+                    let moved = try catalog.relink(id: t.id, sourcePath: abs, size: stamp?.0, modified: stamp?.1)
+                    return IngestOutcome(path: path, status: .moved, track: moved, error: nil, audioSeconds: file.signature.duration)
+                }
                 return IngestOutcome(path: path, status: .duplicate, track: t, error: nil, audioSeconds: file.signature.duration)
             }
         }

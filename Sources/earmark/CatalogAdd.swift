@@ -14,7 +14,9 @@ struct CatalogAddCommand: AsyncParsableCommand {
         Files already in the catalog with the same path, size and modification time are reported \
         as `unchanged` and not decoded again (their descriptions are not changed either; use \
         `earmark catalog update`). A file whose decoded audio is identical to a stored track is \
-        skipped and reported as `same audio as #ID`.
+        skipped and reported as `same audio as #ID`; when that track's file no longer exists, the \
+        file was moved or renamed, and the track is relinked to it (`moved`), so later adds find \
+        it unchanged without decoding it.
 
         Without a title (from --title or --metadata) a track is titled after its file name.
 
@@ -35,7 +37,7 @@ struct CatalogAddCommand: AsyncParsableCommand {
         (`catalog info` shows them). It is off by default because it makes indexing far slower.
 
         With --json the result is one object: {"results": [{"path", "status" (added, duplicate, \
-        unchanged, failed), "track", "error"}], "added", "duplicate", "unchanged", "failed"}.
+        moved, unchanged, failed), "track", "error"}], "added", "duplicate", "moved", "unchanged", "failed"}.
 
         Exit codes: 0 every file was added, skipped or unchanged; 2 some file failed, or a catalog \
         error occurred (locked, read-only, damaged).
@@ -187,7 +189,7 @@ struct CatalogAddCommand: AsyncParsableCommand {
             }
             func count(_ s: IngestOutcome.Status) -> Int { results.filter { $0.status == s.rawValue }.count }
             let report = AddReport(results: results, added: count(.added), duplicate: count(.duplicate),
-                                   unchanged: count(.unchanged), failed: count(.failed))
+                                   moved: count(.moved), unchanged: count(.unchanged), failed: count(.failed))
 
             if options.json {
                 try printJSON(report)
@@ -195,6 +197,7 @@ struct CatalogAddCommand: AsyncParsableCommand {
                 let audio = results.reduce(0) { $0 + $1.audioSeconds }
                 let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) * 1e-18
                 var summary = "\(report.added) added, \(report.duplicate) skipped (same audio), "
+                    + (report.moved > 0 ? "\(report.moved) moved, " : "")
                     + "\(report.unchanged) unchanged, \(report.failed) failed"
                 if audio > 0 {
                     summary += String(format: " — %.2f h of audio in %.1f s", audio / 3600, seconds)
@@ -233,6 +236,9 @@ struct AddResultJSON: Encodable {
         case "duplicate":
             guard let t = track else { return "skipped    \(path): same audio as a stored track" }
             return "skipped    \(path): same audio as #\(t.id) \(trackLabel(t))"
+        case "moved":
+            guard let t = track else { return "moved      \(path)" }
+            return "moved      \(pad("#\(t.id)", 5)) \(trackLabel(t)): its file is now \(path)"
         case "unchanged":
             guard let t = track else { return "unchanged  \(path)" }
             return "unchanged  \(pad("#\(t.id)", 5)) \(trackLabel(t)) (\(formatDuration(t.duration)))"
@@ -247,6 +253,7 @@ struct AddReport: Encodable {
     var results: [AddResultJSON]
     var added: Int
     var duplicate: Int
+    var moved: Int
     var unchanged: Int
     var failed: Int
 }

@@ -70,6 +70,31 @@ struct IngestorTests {
         #expect(try catalog.tracks().count == 3)
     }
 
+    @Test("a moved file is relinked by its audio once, then found unchanged without decoding; a copy stays a duplicate")
+    func movedFile() async throws {
+        let dir = try TemporaryDirectory("ingest-moved")
+        let files = try makeExcerpts([("pingus-6", 10, "song.wav")], in: dir.file("old"))
+        let catalogPath = dir.path("catalog.earcat")
+        let ingestor = Ingestor(catalogPath: catalogPath)
+        let first = try await ingestor.add(files: files.map(\.path))
+        let id = try #require(first.first?.track?.id)
+
+        let moved = dir.file("new/renamed.wav")
+        try FileManager.default.createDirectory(at: moved.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try FileManager.default.moveItem(at: files[0], to: moved)
+        let second = try await ingestor.add(files: [moved.path])
+        #expect(second.map(\.status) == [.moved])
+        #expect(second.first?.track?.id == id)
+        #expect(second.first?.track?.sourcePath == moved.standardizedFileURL.path)
+        let third = try await ingestor.add(files: [moved.path])
+        #expect(third.map(\.status) == [.unchanged], "no decoding once relinked")
+
+        let copy = dir.file("copy.wav")
+        try FileManager.default.copyItem(at: moved, to: copy)
+        #expect(try await ingestor.add(files: [copy.path]).map(\.status) == [.duplicate], "the original is still there")
+        #expect(try Catalog(path: catalogPath, readOnly: true).track(id: id)?.sourcePath == moved.standardizedFileURL.path)
+    }
+
     @Test("two Ingestors adding different files at the same time both succeed", arguments: [true, false])
     func concurrentIngestors(catalogExists: Bool) async throws {
         let dir = try TemporaryDirectory("concurrent")
