@@ -417,6 +417,57 @@ public final class Catalog {
         }
     }
 
+    /// Copies every track of `source` (same signature algorithm) into this catalog: its postings, stored peaks,
+    /// analyses, descriptions and source file. Tracks get new ids here (the result maps them); a track whose
+    /// content hash is already here is not copied (`.duplicate`, with the track it duplicates). Each track is
+    /// its own transaction, as with ``add(_:landmarks:peaks:analyses:)``. The source's hash index is read
+    /// once per batch of tracks holding up to `batchPostings` postings, which bounds the memory used.
+    public func merge(from source: Catalog, batchPostings: Int = 16_000_000,
+                      progress: (_ done: Int, _ total: Int, _ sourceTrack: Track, _ result: AddResult) -> Void = { _, _, _, _ in })
+        throws -> [(source: Track, result: AddResult)] {
+        guard source.configuration.version == configuration.version else {
+            throw CatalogError(.versionMismatch, "cannot merge a catalog of signature algorithm \(source.configuration.version) into one of \(configuration.version)", path: source.path)
+        }
+        let tracks = try source.tracks()
+        var out: [(source: Track, result: AddResult)] = []
+        var start = 0
+        while start < tracks.count {
+            var end = start, budget = 0
+            while end < tracks.count, end == start || budget + tracks[end].landmarkCount <= batchPostings {
+                budget += tracks[end].landmarkCount
+                end += 1
+            }
+            let batch = tracks[start..<end]
+            let wanted = Set(batch.map(\.id))
+            var landmarks: [Int64: [Landmark]] = [:]
+            let scan = try source.db.prepare("SELECT bucket, data FROM postings ORDER BY bucket")
+            while try scan.step() {
+                let bucket = UInt32(truncatingIfNeeded: scan.int64(0))
+                let whole = scan.withBlob(1) { raw in
+                    Catalog.decodePostings(bucket: bucket, raw) { hash, track, frame in
+                        if wanted.contains(track) { landmarks[track, default: []].append(Landmark(hash: hash, frame: frame)) }
+                    }
+                }
+                guard whole else { throw source.damaged("the hash index's bucket \(bucket) is cut short") }
+            }
+            for t in batch {
+                let peaks = try source.peaks(trackID: t.id).map { Peak(frame: $0.frame, bin: $0.bin, rank: 0, level: 0) }
+                let stamp = try source.db.prepare("SELECT source_size, source_mtime FROM tracks WHERE id = ?1")
+                stamp.bind(1, t.id)
+                let hasStamp = try stamp.step() && !stamp.isNull(0)
+                let new = NewTrack(title: t.title, artist: t.artist, album: t.album, metadata: t.metadata, duration: t.duration,
+                                   sourcePath: t.sourcePath, sourceSize: hasStamp ? stamp.int64(0) : nil,
+                                   sourceModified: hasStamp && !stamp.isNull(1) ? stamp.double(1) : nil, contentHash: t.contentHash)
+                let result = try add(new, landmarks: landmarks.removeValue(forKey: t.id) ?? [], peaks: peaks,
+                                     analyses: try source.analyses(trackID: t.id))
+                out.append((t, result))
+                progress(out.count, tracks.count, t, result)
+            }
+            start = end
+        }
+        return out
+    }
+
     /// Points a track at the file it now lives in (the same audio, moved or renamed), so that the next
     /// add of that file finds it unchanged instead of decoding it again.
     public func relink(id: Int64, sourcePath: String, size: Int64?, modified: Double?) throws -> Track {

@@ -13,7 +13,7 @@ struct CatalogImportCommand: AsyncParsableCommand {
 
         Import does not merge: it refuses when the destination catalog already exists and holds \
         tracks (or is some other non-empty file). An existing empty catalog is replaced. To combine \
-        catalogs, add the source audio files to one catalog with `earmark catalog add` instead.
+        catalogs, use `earmark catalog merge FILE`.
         """
     )
 
@@ -53,7 +53,7 @@ struct CatalogImportCommand: AsyncParsableCommand {
                         throw CLIError("\(destination) exists and is not an empty catalog (\(describe(error))); refusing to replace it")
                     }
                     guard existing == 0 else {
-                        throw CLIError("\(destination) already holds \(existing) track\(existing == 1 ? "" : "s"); refusing to replace it (import does not merge catalogs; use another --catalog path or remove the file first)")
+                        throw CLIError("\(destination) already holds \(existing) track\(existing == 1 ? "" : "s"); refusing to replace it (import does not merge catalogs: use `earmark catalog merge`, another --catalog path, or remove the file first)")
                     }
                 }
                 for suffix in ["", "-wal", "-shm"] where fm.fileExists(atPath: destination + suffix) {

@@ -14,14 +14,21 @@ final class ProgressBar: @unchecked Sendable {
     }
 
     func update(_ p: IngestProgress) {
+        update(done: p.done, total: p.total, audioSeconds: p.audioSeconds, elapsed: p.elapsed, current: p.current)
+    }
+
+    /// `done` of `total` items, `audioSeconds` of audio in `elapsed` seconds, working on `current`.
+    func update(done: Int, total: Int, audioSeconds: Double, elapsed: Double, current: String) {
         guard enabled else { return }
         lock.lock()
         defer { lock.unlock() }
         let now = ContinuousClock.now
-        if let last = lastDraw, now - last < .milliseconds(100), p.done < p.total { return }
+        if let last = lastDraw, now - last < .milliseconds(100), done < total { return }
         lastDraw = now
         visible = true
-        writeStderr("\r" + ProgressBar.line(p, width: ProgressBar.terminalWidth()) + "\u{1B}[K")
+        let text = ProgressBar.line(done: done, total: total, audioSeconds: audioSeconds, elapsed: elapsed, current: current,
+                                    width: ProgressBar.terminalWidth())
+        writeStderr("\r" + text + "\u{1B}[K")
     }
 
     /// Prints `text` as a line on standard output, above the bar (which the next update redraws).
@@ -45,15 +52,15 @@ final class ProgressBar: @unchecked Sendable {
         visible = false
     }
 
-    static func line(_ p: IngestProgress, width: Int) -> String {
+    static func line(done: Int, total: Int, audioSeconds: Double, elapsed: Double, current: String, width: Int) -> String {
         let barWidth = 20
-        let fraction = p.total > 0 ? min(1, Double(p.done) / Double(p.total)) : 1
+        let fraction = total > 0 ? min(1, Double(done) / Double(total)) : 1
         let filled = Int((fraction * Double(barWidth)).rounded(.down))
         let bar = String(repeating: "█", count: filled) + String(repeating: "░", count: barWidth - filled)
-        let speed = p.elapsed > 0 ? String(format: "%.0f× real-time", p.audioSeconds / p.elapsed) : ""
-        var text = "\(bar) \(p.done)/\(p.total)  " + String(format: "%.2f h audio", p.audioSeconds / 3600) + (speed.isEmpty ? "" : "  " + speed)
+        let speed = elapsed > 0 ? String(format: "%.0f× real-time", audioSeconds / elapsed) : ""
+        var text = "\(bar) \(done)/\(total)  " + String(format: "%.2f h audio", audioSeconds / 3600) + (speed.isEmpty ? "" : "  " + speed)
         let room = width - 1 - text.count - 2
-        if room >= 8 { text += "  " + truncate((p.current as NSString).lastPathComponent, room) }
+        if room >= 8 { text += "  " + truncate((current as NSString).lastPathComponent, room) }
         return truncate(text, max(10, width - 1))
     }
 

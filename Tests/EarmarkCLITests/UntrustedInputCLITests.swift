@@ -70,6 +70,29 @@ struct UntrustedInputCLITests {
         #expect(try listTracks(catalog).count == 2)
     }
 
+    @Test("catalog merge copies another catalog's tracks under new ids; clips of both match in the result; import still refuses to merge")
+    func mergeCatalogs() async throws {
+        let f = try await CLIFixture.shared.value()
+        let dir = try TemporaryDirectory("cli-merge")
+        let other = dir.path("other.earcat")
+        #expect(try EarmarkCLI.run(["catalog", "add", "--catalog", other, try f.audio.reference("pingus-5").path]).status == 0)
+        let merged = dir.path("merged.earcat")
+        #expect(try EarmarkCLI.run(["catalog", "export", "--catalog", f.catalog, merged]).status == 0)
+        let out = try EarmarkCLI.run(["catalog", "merge", "--catalog", merged, "--json", other])
+        #expect(out.status == 0, "\(out)")
+        let report = try #require(try json(out) as? [String: Any])
+        #expect(report["added"] as? Int == 1 && report["duplicate"] as? Int == 0, "\(out)")
+        #expect(try listTracks(merged).map(\.title) == CLIFixture.indexed + ["pingus-5"])
+        for stem in ["pingus-5", "sorcerer"] {
+            let m = try EarmarkCLI.run(["match", "--catalog", merged, "--json", try f.clip(stem, at: 20).path])
+            #expect(title(of: try matches(m).first ?? [:]) == stem, "\(m)")
+        }
+        let again = try EarmarkCLI.run(["catalog", "merge", "--catalog", merged, "--json", other])
+        #expect((try json(again) as? [String: Any])?["duplicate"] as? Int == 1, "\(again)")
+        let refused = try EarmarkCLI.run(["catalog", "import", "--catalog", merged, other])
+        #expect(refused.status == 2 && refused.stderrText.contains("catalog merge"), "\(refused)")
+    }
+
     @Test("catalog add into a catalog with an overwritten page: exit 2 naming `catalog check`, the file unchanged")
     func damagedCatalog() async throws {
         let f = try await CLIFixture.shared.value()

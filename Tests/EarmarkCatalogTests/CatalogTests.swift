@@ -222,6 +222,38 @@ struct CatalogContentTests {
         #expect(try postings(catalog, f.landmarksA.map(\.hash)).filter { $0.track == f.a.id } == expected(f.landmarksA, track: f.a.id))
     }
 
+    @Test("merge copies every track with new ids, its postings, peaks and analyses; the same audio is not copied twice; small batches give the same result")
+    func merge() throws {
+        for batch in [16_000_000, 1] {
+            let f = try TwoTrackCatalog()
+            let source = try Catalog(path: f.path)
+            try source.setAnalysis(TrackAnalysis(kind: "loudness", version: 1, json: Data(#"{"integrated":-14}"#.utf8)), trackID: f.b.id)
+            let dir = try TemporaryDirectory("merge")
+            let dest = try Catalog(path: dir.path("dest.earcat"), create: true)
+            let cLandmarks = makeLandmarks(seed: 31, count: 800)
+            guard case .added(let c) = try dest.add(NewTrack(title: "C", duration: 200, contentHash: "hash-c"),
+                                                     landmarks: cLandmarks, peaks: makePeaks(seed: 31, count: 300)),
+                  case .added = try dest.add(NewTrack(title: "A here", duration: 200, contentHash: "hash-a"),
+                                             landmarks: makeLandmarks(seed: 32, count: 10), peaks: [])
+            else { throw TestSupportError("fixture not added") }
+            let merged = try dest.merge(from: source, batchPostings: batch)
+            #expect(merged.map(\.source.id) == [f.a.id, f.b.id])
+            guard merged.count == 2, case .duplicate(let dupe) = merged[0].result, case .added(let b) = merged[1].result else {
+                Issue.record("expected A duplicate, B added: \(merged)")
+                continue
+            }
+            #expect(dupe.title == "A here")
+            #expect(b.id > c.id && b.title == "B" && b.duration == 180 && b.contentHash == "hash-b")
+            #expect(b.landmarkCount == f.b.landmarkCount)
+            #expect(try postings(dest, f.landmarksB.map(\.hash)).filter { $0.track == b.id } == expected(f.landmarksB, track: b.id))
+            #expect(try postings(dest, cLandmarks.map(\.hash)).filter { $0.track == c.id } == expected(cLandmarks, track: c.id))
+            #expect(try dest.peaks(trackID: b.id).map(\.frame) == source.peaks(trackID: f.b.id).map(\.frame))
+            #expect(try dest.peaks(trackID: b.id).map(\.bin) == source.peaks(trackID: f.b.id).map(\.bin))
+            #expect(try dest.analyses(trackID: b.id).map(\.kind) == ["loudness"])
+            #expect(try dest.check().isEmpty)
+        }
+    }
+
     @Test("update deletes metadata keys; a key that is not there is .invalidArgument and changes nothing")
     func removeMetadataKeys() throws {
         let f = try TwoTrackCatalog()
