@@ -15,19 +15,19 @@ public final class Recognizer {
         matcher = Matcher(catalog: catalog, options: options)
     }
 
-    /// Decodes (or reads) `path` and matches it.
+    /// Decodes (or reads) `path` and matches it (see ``match(_:progress:)``).
     public func match(path: String) throws -> MatchResult {
         let f = try Fingerprinter.fingerprint(path: path, configuration: matcher.configuration, digest: false)
-        return try matcher.match(f.signature)
+        return try match(f.signature)
     }
 
     /// Decodes `path` once, matches it, measures its loudness and, with a `sound` model, classifies it
-    /// (both nil for a signature file).
-    public func matchAnalyzing(path: String, sound: SoundModel? = nil)
+    /// (both nil for a signature file). `progress` gets (seconds matched, seconds in all) of a long recording.
+    public func matchAnalyzing(path: String, sound: SoundModel? = nil, progress: (Double, Double) -> Void = { _, _ in })
         throws -> (result: MatchResult, loudness: LoudnessResult?, sound: SoundAnalysis?) {
         let f = try Fingerprinter.fingerprint(path: path, configuration: matcher.configuration, digest: false,
                                               analyses: Analyses(loudness: true, sound: sound))
-        return (try matcher.match(f.signature), f.loudness, f.sound)
+        return (try match(f.signature, progress: progress), f.loudness, f.sound)
     }
 
     /// What the catalog stored about `match`'s track (`catalog add --analyze`), at the matched stretch
@@ -51,9 +51,11 @@ public final class Recognizer {
         return context
     }
 
-    /// Matches a signature made elsewhere.
-    public func match(_ signature: Signature) throws -> MatchResult {
-        try matcher.match(signature)
+    /// Matches a signature: as one clip, or, when longer than ``Matcher/longQueryDuration``, window by window,
+    /// with one match per stretch in which a track was heard (``Matcher/matchSegments(_:window:hop:progress:)``).
+    public func match(_ signature: Signature, progress: (Double, Double) -> Void = { _, _ in }) throws -> MatchResult {
+        guard signature.duration > Matcher.longQueryDuration else { return try matcher.match(signature) }
+        return try matcher.matchSegments(signature) { progress($0, signature.duration) }
     }
 }
 

@@ -108,6 +108,29 @@ public struct Signature: Sendable, Equatable {
     }
 }
 
+extension Signature {
+    /// The stretch of this signature from frame `frames.lowerBound` (up to, not including, `frames.upperBound`),
+    /// as a signature of its own: peaks shifted to start at frame 0, duration the stretch's (cut at the end).
+    /// Peaks must be in frame order, as generated.
+    public func window(frames: Range<UInt32>, configuration: SignatureConfiguration = .current) -> Signature {
+        func firstIndex(atOrAfter frame: UInt32) -> Int {
+            var lo = 0, hi = peaks.count
+            while lo < hi {
+                let mid = (lo + hi) / 2
+                if peaks[mid].frame < frame { lo = mid + 1 } else { hi = mid }
+            }
+            return lo
+        }
+        let slice = peaks[firstIndex(atOrAfter: frames.lowerBound)..<firstIndex(atOrAfter: frames.upperBound)].map {
+            Peak(frame: $0.frame - frames.lowerBound, bin: $0.bin, rank: $0.rank, level: $0.level)
+        }
+        let fd = configuration.frameDuration
+        let start = Double(frames.lowerBound) * fd
+        return Signature(configurationVersion: configurationVersion,
+                         duration: max(0, min(duration, Double(frames.upperBound) * fd) - start), peaks: slice)
+    }
+}
+
 // MARK: - File format
 
 /// Binary signature file format, version 1 (little-endian):

@@ -12,15 +12,21 @@ struct MatchCommand: AsyncParsableCommand {
 
         For each clip the best match is printed on one line as
 
-          clip.wav: Title — Artist  at 1:23.45 (offset 83.45 s), confidence 0.97,
-            score 57 (runner-up 4), clip 0.0–10.0 s
+          clip.wav: Title — Artist  1:23.45–1:33.45 heard at 0.0–10.0 s of the clip; confidence 0.97
+            (evidence 31.2 decades: 87 of 95 peaks verified, 57 aligned hashes; best other track 4 hashes)
 
-        where "at" is the position in the reference track where the clip starts, score the number \
-        of time-aligned fingerprint hits, runner-up the score of the best other track, and "clip" \
-        the stretch of the clip that matched; a clip played faster or slower than the reference \
-        (up to ±10 %) ends with its speed, e.g. "speed +3.0 %". Further matches (several tracks in one clip) follow, \
-        indented. A clip that cannot be read prints `path: error` on standard error and the \
-        remaining clips are still matched.
+        naming the stretch of the track that was heard and where it is in the clip. Matches are \
+        ranked by their evidence against chance (decades: 10 is a one-in-10^10 coincidence), which \
+        peak verification and aligned hashes give, not by the hash count alone. A clip played at \
+        another speed (up to ±10 %), tempo or pitch says so, e.g. "speed +3.0 %", "tempo -4.0 %", \
+        "pitch +5.9 % (+1.0 semitones)". Further matches (several tracks in one clip) follow, indented.
+
+        A clip longer than a minute (a radio hour, a DJ set) is matched in 20-s windows every 10 s, \
+        with a progress bar, and every stretch in which a track was heard is printed in order of \
+        time, each with its range in the clip and in the track.
+
+        A clip that cannot be read prints `path: error` on standard error and the remaining clips \
+        are still matched.
 
         --json: for one clip, one object {path, matches: [{track, matchOffset, confidence, score, \
         significance, runnerUpScore, frequencySkew, timeScale, alternativeOffsets, queryStart, \
@@ -76,7 +82,15 @@ struct MatchCommand: AsyncParsableCommand {
             for clip in clips {
                 let report: ClipReport
                 do {
-                    let (result, loudness, sound) = try recognizer.matchAnalyzing(path: clip, sound: soundModel)
+                    let bar = ProgressBar(enabled: stderrIsTerminal)
+                    let clock = ContinuousClock(), started = clock.now
+                    let (result, loudness, sound) = try recognizer.matchAnalyzing(path: clip, sound: soundModel) { done, total in
+                        let elapsed = clock.now - started
+                        bar.update(done: Int(done), total: Int(total.rounded(.up)), audioSeconds: done,
+                                   elapsed: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) * 1e-18,
+                                   current: clip)
+                    }
+                    bar.finish()
                     var r = ClipReport(path: clip, result: result, loudness: loudness, sound: sound)
                     r.contexts = try result.matches.map { try recognizer.context(of: $0) }
                     report = r

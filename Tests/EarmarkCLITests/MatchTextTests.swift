@@ -33,6 +33,22 @@ struct MatchTextTests {
         }
     }
 
+    @Test("a recording longer than a minute prints every track heard, in order of time, each with its stretch")
+    func longRecording() async throws {
+        let f = try await CLIFixture.shared.value()
+        let tag = UUID().uuidString.prefix(6)
+        let a = f.dir.path("la-\(tag).wav"), b = f.dir.path("lb-\(tag).wav"), both = f.dir.path("long-\(tag).wav")
+        try Run.sox([try f.audio.reference("pingus-4").path, "-r", "44100", "-c", "1", a, "trim", "20", "40"])
+        try Run.sox([try f.audio.reference("sorcerer").path, "-r", "44100", "-c", "1", b, "trim", "5", "40"])
+        try Run.sox([a, b, both])
+        let out = try EarmarkCLI.run(["match", "--catalog", f.catalog, both])
+        #expect(out.status == 0, "\(out)")
+        let lines = out.stdoutText.split(separator: "\n").map(String.init)
+        #expect(lines.count == 2, "\(out.stdoutText)")
+        #expect(lines.first?.contains("pingus-4  0:2") == true, "\(out.stdoutText)")
+        #expect(lines.last?.contains("sorcerer  0:0") == true && lines.last?.hasPrefix("    also:") == true, "\(out.stdoutText)")
+    }
+
     @Test("a clip holding two tracks prints each with the stretch of it that was heard, and what decided")
     func twoTracks() async throws {
         let f = try await CLIFixture.shared.value()
