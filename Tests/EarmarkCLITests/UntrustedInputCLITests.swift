@@ -93,6 +93,33 @@ struct UntrustedInputCLITests {
         #expect(refused.status == 2 && refused.stderrText.contains("catalog merge"), "\(refused)")
     }
 
+    @Test("a catalog add killed (SIGKILL) while it writes leaves a catalog that checks clean and keeps the tracks it committed; adding again completes it")
+    func killedWriter() async throws {
+        let f = try await CLIFixture.shared.value()
+        let dir = try TemporaryDirectory("cli-killed")
+        let catalog = dir.path("killed.earcat")
+        let files = (f.audio.reference + f.audio.negative).map(\.path)
+        let writer = try EarmarkCLI.start(["catalog", "add", "--catalog", catalog, "--jobs", "1"] + files)
+        // Kill it once the first track is in (committed), while later files are still being decoded and written.
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline {
+            if let n = try? Run.sqlite(catalog, "SELECT count(*) FROM tracks"), Int(n.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0 >= 1 { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        writer.signal(SIGKILL)
+        _ = try await writer.finished()
+        let check = try EarmarkCLI.run(["catalog", "check", "--catalog", catalog])
+        #expect(check.status == 0, "\(check)")
+        let kept = try listTracks(catalog).map(\.title)
+        #expect(!kept.isEmpty && kept.count < files.count, "\(kept)")
+        #expect(kept == Array(files.map { URL(fileURLWithPath: $0).deletingPathExtension().lastPathComponent }.prefix(kept.count)),
+                "a prefix of the files, in order")
+        let again = try EarmarkCLI.run(["catalog", "add", "--catalog", catalog, "--json"] + files)
+        #expect(again.status == 0, "\(again)")
+        #expect(try listTracks(catalog).count == files.count)
+        #expect(try EarmarkCLI.run(["catalog", "check", "--catalog", catalog]).status == 0)
+    }
+
     @Test("catalog add into a catalog with an overwritten page: exit 2 naming `catalog check`, the file unchanged")
     func damagedCatalog() async throws {
         let f = try await CLIFixture.shared.value()
