@@ -18,6 +18,7 @@ let package = Package(
         .systemLibrary(name: "CSndFile", pkgConfig: "sndfile", providers: [.apt(["libsndfile1-dev"])]),
         .systemLibrary(name: "CSQLite3", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CSoxr", pkgConfig: "soxr", providers: [.apt(["libsoxr-dev"])]),
+        .systemLibrary(name: "CMPG123", pkgConfig: "libmpg123", providers: [.apt(["libmpg123-dev"])]),
         // libopus's pkg-config adds -I/usr/include/opus; libogg's header is in /usr/include.
         .systemLibrary(name: "COpus", pkgConfig: "opus", providers: [.apt(["libopus-dev", "libogg-dev"])]),
         // No pkgConfig: libpulse-simple's .pc adds -pthread, which SwiftPM rejects with a warning;
@@ -26,7 +27,7 @@ let package = Package(
         .systemLibrary(name: "CEBUR128", pkgConfig: "libebur128", providers: [.apt(["libebur128-dev"])]),
         .systemLibrary(name: "COpenBLAS", pkgConfig: "openblas", providers: [.apt(["libopenblas-dev"])]),
 
-        .target(name: "EarmarkAudio", dependencies: ["CSndFile", "CSoxr", "COpus"]),
+        .target(name: "EarmarkAudio", dependencies: ["CSndFile", "CSoxr", "COpus", "CMPG123"]),
         .target(name: "EarmarkCapture", dependencies: ["CPulseSimple", "EarmarkAudio"]),
         .target(name: "EarmarkDSP", dependencies: ["CFFTW3"]),
         .target(name: "EarmarkSignature", dependencies: ["EarmarkDSP"]),

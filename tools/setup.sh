@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  pkg-config libfftw3-dev libsndfile1-dev libsqlite3-dev libsoxr-dev libopus-dev libogg-dev
+  pkg-config libfftw3-dev libsndfile1-dev libsqlite3-dev libsoxr-dev libopus-dev libogg-dev libmpg123-dev
   libpulse-dev pulseaudio pulseaudio-utils libebur128-dev libopenblas-dev python3 python3-venv
   sox libsox-fmt-all ffmpeg sqlite3 ca-certificates espeak-ng xmp faketime
 )

@@ -3,8 +3,8 @@ import Foundation
 
 /// Streams a file as 44.1 kHz mono float chunks, whatever its format, rate and channel count.
 ///
-/// libsndfile decodes WAV, AIFF, FLAC, Ogg Vorbis, Opus and MP3 in-process (mono and stereo Ogg Opus go
-/// to libopus directly, see ``OggOpusSource``). Anything it does not
+/// libsndfile decodes WAV, AIFF, FLAC, Ogg Vorbis and Opus in-process (mono and stereo Ogg Opus go
+/// to libopus directly, see ``OggOpusSource``, and MP3 to libmpg123, see ``MP3Source``). Anything it does not
 /// recognise (M4A/AAC, video containers, …) is piped through the `ffmpeg` program when it is
 /// installed; otherwise opening fails with ``AudioError/Code/unsupportedFormat``.
 /// Memory stays flat: only one chunk is held at a time.
@@ -15,7 +15,7 @@ import Foundation
 /// ```
 public final class AudioFileReader {
     /// Which decoder serves the file.
-    public enum Decoder: String, Sendable { case libsndfile, libopus, ffmpeg }
+    public enum Decoder: String, Sendable { case libsndfile, libopus, libmpg123, ffmpeg }
 
     public let path: String
     public let decoder: Decoder
@@ -117,9 +117,11 @@ protocol FileSource: PCMSource {
     func readInterleaved() throws -> [Float]?
 }
 
-/// The in-process decoder for `path`: ``OggOpusSource`` for mono and stereo Ogg Opus, libsndfile for the rest.
+/// The in-process decoder for `path`: ``OggOpusSource`` for mono and stereo Ogg Opus, ``MP3Source`` for MP3,
+/// libsndfile for the rest.
 func openFileSource(path: String, chunkFrames: Int) throws -> any FileSource {
     if let opus = try OggOpusSource.open(path: path, chunkFrames: chunkFrames) { return opus }
+    if let mp3 = try MP3Source.open(path: path, chunkFrames: chunkFrames) { return mp3 }
     return try SndFileSource(path: path, chunkFrames: chunkFrames)
 }
 
@@ -134,7 +136,6 @@ final class SndFileSource: FileSource {
     private var interleaved: [Float]
     private var framesRead = 0
     private let exactLength: Bool
-    private let isMP3: Bool
 
     init(path: String, chunkFrames: Int) throws {
         var info = SF_INFO()
@@ -161,9 +162,7 @@ final class SndFileSource: FileSource {
         let exactFormats: Set<Int32> = [Int32(SF_FORMAT_WAV), Int32(SF_FORMAT_WAVEX), Int32(SF_FORMAT_AIFF),
                                         Int32(SF_FORMAT_FLAC), Int32(SF_FORMAT_W64), Int32(SF_FORMAT_CAF),
                                         Int32(SF_FORMAT_RF64)]
-        // An MP3 with a Xing, Info or VBRI header states its frame count, which libsndfile reports exactly.
-        isMP3 = major == Int32(SF_FORMAT_MPEG)
-        exactLength = exactFormats.contains(major) || isMP3 && SndFileSource.mp3StatesLength(path: path)
+        exactLength = exactFormats.contains(major)
         announcedFrames = info.frames > 0 ? Int(info.frames) : nil
         if exactLength, SndFileSource.logMentionsTruncation(f) {
             sf_close(f)
@@ -172,27 +171,6 @@ final class SndFileSource: FileSource {
     }
 
     deinit { sf_close(file) }
-
-    /// Whether the first MPEG frame carries a Xing/Info or VBRI header (after any ID3v2 tag).
-    static func mp3StatesLength(path: String) -> Bool {
-        guard let handle = FileHandle(forReadingAtPath: path) else { return false }
-        defer { try? handle.close() }
-        guard var head = try? handle.read(upToCount: 10).map({ [UInt8]($0) }), head.count == 10 else { return false }
-        var start: UInt64 = 0
-        if head[0] == 0x49, head[1] == 0x44, head[2] == 0x33 {  // "ID3": skip the tag (syncsafe size)
-            let size = head[6...9].reduce(UInt64(0)) { $0 << 7 | UInt64($1 & 0x7F) }
-            start = 10 + size + (head[5] & 0x10 != 0 ? 10 : 0)
-        }
-        guard (try? handle.seek(toOffset: start)) != nil,
-              let frame = try? handle.read(upToCount: 2048).map({ [UInt8]($0) }), frame.count >= 64 else { return false }
-        head = frame
-        // The tag sits after the side information, within the frame's first 64 bytes or so.
-        for i in 4..<(min(head.count, 200) - 4) {
-            let tag = String(decoding: head[i..<(i + 4)], as: UTF8.self)
-            if tag == "Xing" || tag == "Info" || tag == "VBRI" { return true }
-        }
-        return false
-    }
 
     private static func logMentionsTruncation(_ f: OpaquePointer) -> Bool {
         var buf = [UInt8](repeating: 0, count: 4096)
@@ -222,8 +200,7 @@ final class SndFileSource: FileSource {
             if err != 0 {
                 throw AudioError(.corrupt, "decode error after \(framesRead) frames: \(String(cString: sf_strerror(file)))", path: path)
             }
-            // An MP3 decoder may stop up to a frame short of the stated length.
-            if exactLength, let want = announcedFrames, framesRead < want - (isMP3 ? 1152 : 0) {
+            if exactLength, let want = announcedFrames, framesRead < want {
                 throw AudioError(.corrupt, "truncated file: \(framesRead) of \(want) frames decodable", path: path)
             }
             return nil

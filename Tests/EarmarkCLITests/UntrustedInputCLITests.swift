@@ -52,6 +52,23 @@ struct UntrustedInputCLITests {
         #expect(out.stderrText.contains(message) && !out.stderrText.contains("Missing value"), "\(out)")
     }
 
+    @Test("a damaged MP3 fails with earmark's one-line error; no decoder chatter reaches standard error")
+    func damagedMP3() async throws {
+        let f = try await CLIFixture.shared.value()
+        let dir = try TemporaryDirectory("cli-mp3")
+        let whole = dir.path("whole.mp3"), damaged = dir.path("damaged.mp3")
+        try Run.ffmpeg(["-i", try f.audio.reference("pingus-4").path, "-t", "30", "-b:a", "128k", whole])
+        var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: whole)))
+        var rng = SeededRandom(seed: 7)
+        for i in 50_000..<53_000 { bytes[i] = UInt8.random(in: 0...255, using: &rng) }
+        try Data(bytes.prefix(bytes.count / 2)).write(to: URL(fileURLWithPath: damaged))
+        let out = try EarmarkCLI.run(["catalog", "add", "--catalog", dir.path("c.earcat"), damaged])
+        #expect(out.status == 2, "\(out)")
+        #expect(out.stdoutText.contains("damaged.mp3"), "\(out)")
+        let stray = out.stderrText.split(separator: "\n").filter { !$0.hasPrefix("earmark:") && !$0.contains("damaged.mp3") }
+        #expect(stray.isEmpty, "\(out.stderrText)")
+    }
+
     @Test("catalog add of two signature files adds both; the second add of them changes nothing")
     func twoSignatures() async throws {
         let f = try await CLIFixture.shared.value()
