@@ -20,31 +20,39 @@ struct AnalyzeCommand: AsyncParsableCommand {
 
         Rhythm: beat times, bar (downbeat) times with the beats per bar (3 or 4), and the tempo in BPM \
         (null with fewer than two beats), from a spectral-flux onset envelope, a tempo estimate, \
-        dynamic-programming beat tracking and the beat phase with the most bass onsets.
+        dynamic-programming beat tracking that follows onsets and harmonic changes, and the bar phase \
+        whose beats have the most harmonic change and bass onset strength.
 
         Structure: sections (large parts, labelled A, B, … by similarity), segments (finer changes) and \
         phrases (four bars each, inside segments) as time ranges, from the novelty of a self-similarity \
-        matrix of pitch-class and band-energy features.
+        matrix of pitch-class and mel-cepstral features; section boundaries also weigh whether the music \
+        before and after them repeats and keeps its pulse, so their number is not fixed in advance.
 
         Pace: musical events (note and drum onsets) per minute, overall and over 10-s ranges every 5 s.
 
         Instrument activity comes from the sound classifier (YAMNet, see `earmark classify --help`): \
         for each family (drums, bass, guitar, keys, strings, brass, woodwinds, voice, synth) a 0…1 \
-        activity curve, one value per 0.96-s window, back to back (the best score among the family's \
-        labels), and the time ranges where it plays (the curve reaches 0.1 and stays at 0.05 or more; gaps \
-        up to 1 s joined, ranges under 1 s dropped). It is left out, with a warning, when no model is \
-        installed, unless --only asks for it.
+        activity curve, one value per 0.96-s window, back to back, and the time ranges where it plays. \
+        With YAMNet the curve is the family's probability from the instrument head shipped with Earmark \
+        (trained on YAMNet's window embeddings), scaled down where YAMNet hears little music and averaged \
+        over a few seconds; a range starts where the curve reaches the family's onset threshold and lasts \
+        while it stays at its offset threshold (gaps up to 1 s joined, ranges under 1 s dropped). Without \
+        the head (or with another model) the curve is the best score among the family's AudioSet labels, \
+        with thresholds 0.1 and 0.05; the result's `method` says which. Instrument activity is left out, \
+        with a warning, when no model is installed, unless --only names it or --model is given (then a \
+        missing model is an error).
 
         --json: one object {path, loudness: {integrated, range, truePeak, samplePeak, maximumMomentary, \
         maximumShortTerm, momentary: [{start, end, value}], shortTerm: [{start, end, value}], duration, \
         sampleRate, channels}, key: {tonic, mode, strength, margin, ranges: [{start, end, tonic, mode}], \
         duration}, rhythm: {beats, bars, beatsPerBar, bpm, duration}, structure: {sections: [{start, end, \
-        label}], segments, phrases, duration}, pace: {overall, values: [{start, end, value}], duration}, instruments: {model, duration, families: [{family, activeRanges: [{start, end}], \
+        label}], segments, phrases, duration}, pace: {overall, values: [{start, end, value}], duration}, instruments: {model, method, duration, families: [{family, activeRanges: [{start, end}], \
         activity: [{start, end, value}]}]}, error} per file; an array for several files.
 
         --only picks dimensions: loudness, key, rhythm, structure, pace, instruments.
 
-        Exit codes: 0 every file analysed; 2 some file could not be read.
+        Exit codes: 0 every file analysed; 2 some file could not be read, or the sound model could not be \
+        loaded; 64 invalid usage. See docs/analysis.md.
         """
     )
 

@@ -6,7 +6,20 @@ struct CatalogInfoCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "info",
         abstract: "Show everything stored about one track.",
-        discussion: "With --json: the track object, with \"analysis\": {\"loudness\": {integrated, range, truePeak, samplePeak, maximumMomentary, maximumShortTerm, shortTermPerSecond, duration}} when it was measured. Exit code 2 when there is no track with that id."
+        discussion: """
+        Prints the track's fields (id, title, artist, album, duration, landmarks, source file, audio hash, \
+        when it was added, metadata), then one line for each analysis stored by `catalog add --analyze`: \
+        loudness, sound, key, rhythm, structure, pace and instruments. The audio hash is a digest of the \
+        decoded audio, or `sig-` and 32 hex digits for a track added from a .earsig signature file.
+
+        With --json: the track object (id, title, artist, album, metadata, duration, sourcePath, contentHash, \
+        landmarkCount, addedAt; absent fields left out) with "analysis": {kind: result} holding every stored \
+        analysis in its stored shape: loudness {integrated, range, truePeak, samplePeak, maximumMomentary, \
+        maximumShortTerm, shortTermPerSecond, duration}, sound, key, rhythm, structure, pace and instruments \
+        (docs/catalog.md lists them); {} when none was stored.
+
+        Exit code 2 when there is no track with that id, or the catalog cannot be opened.
+        """
     )
 
     @OptionGroup var options: GlobalOptions
