@@ -6,7 +6,12 @@ struct CatalogCheckCommand: AsyncParsableCommand {
         commandName: "check",
         abstract: "Check the catalog file for damage.",
         discussion: """
-        Runs SQLite's integrity check over the whole file. With --json: {path, healthy, tracks, problems}.
+        Runs SQLite's integrity check over the whole file, then checks what SQLite sees as opaque \
+        bytes: every track's stored peaks and every posting of the hash index must decode, name an \
+        existing track and a frame within its duration, and each track's postings must add up to \
+        its landmark count. Reads every page, so it takes about as long as reading the file. A \
+        catalog that fails SQLite's quick check refuses every write (add, update, remove, merge) \
+        until it is rebuilt or restored. With --json: {path, healthy, tracks, problems}.
 
         Exit codes: 0 healthy; 2 problems found, or the file cannot be opened as a catalog.
         """

@@ -17,8 +17,9 @@ struct EarmarkCommand: AsyncParsableCommand {
           earmark analyze song.flac                       # key, BPM, loudness, sections, …
           earmark classify talk.flac                      # speech, music, noises over time
 
-        The shared options --catalog, --json and --lock-timeout may stand before or after the \
-        subcommand (earmark --catalog PATH match clip.wav). The catalog is chosen with --catalog PATH; without it: $EARMARK_CATALOG, else \
+        For the commands that use a catalog (catalog …, match, listen) the shared options --catalog, \
+        --json and --lock-timeout may stand before or after the subcommand (earmark --catalog PATH \
+        match clip.wav). The catalog is chosen with --catalog PATH; without it: $EARMARK_CATALOG, else \
         $XDG_DATA_HOME/earmark/catalog.earcat, else ~/.local/share/earmark/catalog.earcat.
 
         Exit codes: 0 success; 1 `match` found no match for some clip; 2 an error \
