@@ -60,7 +60,7 @@ let package = Package(
         .testTarget(name: "EarmarkClassificationTests", dependencies: ["EarmarkClassification", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkStreamingTests", dependencies: ["EarmarkStreaming", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkKitTests", dependencies: ["EarmarkKit", "EarmarkTestSupport"]),
-        .testTarget(name: "EarmarkCLITests", dependencies: ["EarmarkAnalysis", "EarmarkTestSupport"]),
+        .testTarget(name: "EarmarkCLITests", dependencies: ["EarmarkAnalysis", "EarmarkKit", "EarmarkTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )
