@@ -150,7 +150,8 @@ public struct MetadataTable: Sendable {
                 throw CSVError(path: csvPath, line: row.line,
                                message: "\(row.fields.count) fields but the header has \(names.count) (quote fields that contain commas)")
             }
-            let key = row.fields[keyColumn].trimmingCharacters(in: .whitespaces)
+            // A row may stop before the key column (fewer fields than the header): its key is empty.
+            let key = (keyColumn < row.fields.count ? row.fields[keyColumn] : "").trimmingCharacters(in: .whitespaces)
             guard !key.isEmpty else { throw CSVError(path: csvPath, line: row.line, message: "empty \(names[keyColumn]) field") }
             var d = TrackDescription()
             for (c, value) in row.fields.enumerated() where c != keyColumn && !value.isEmpty && !names[c].isEmpty {
