@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds Earmark's libFuzzer targets (with AddressSanitizer and LeakSanitizer) and runs each for a
 # bounded time on a scratch copy of its seed corpus: Fuzz/corpus/NAME plus Fuzz/regressions/NAME
-# (and, for `model`, the header of the local YAMNet model when tools/fetch-model.sh has made one).
+# (and, for `model`, the header of the local YAMNet model when tools/fetch-model.sh has made one),
+# with the dictionary Fuzz/dict/NAME.dict when there is one.
 #
 # Usage: tools/fuzz.sh [--seconds N] [--keep-corpus] [NAME…]
 #
@@ -105,9 +106,11 @@ PY
   fi
   before=$(ls "$findings" | wc -l)
   echo "$me: fuzz-$t for $seconds s ($(ls "$run/corpus" | wc -l) inputs to start from)"
+  dict=()
+  [ -f "Fuzz/dict/$t.dict" ] && dict=(-dict="Fuzz/dict/$t.dict")
   status=0
   start=$(date +%s)
-  "$scratch/release/fuzz-$t" "$run/corpus" -max_total_time="$seconds" -rss_limit_mb="$rss_mb" -malloc_limit_mb="$malloc_mb" \
+  "$scratch/release/fuzz-$t" "$run/corpus" "${dict[@]}" -max_total_time="$seconds" -rss_limit_mb="$rss_mb" -malloc_limit_mb="$malloc_mb" \
     -timeout="$per_input" -print_final_stats=1 -artifact_prefix="$findings/" </dev/null >"$run/fuzz.log" 2>&1 || status=$?
   secs=$(( $(date +%s) - start ))
   log=$run/fuzz.log
