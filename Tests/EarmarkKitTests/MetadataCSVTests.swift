@@ -21,6 +21,14 @@ struct MetadataCSVTests {
         #expect(table.entries[0].description.title == "A" && table.entries[1].description.title == nil)
     }
 
+    @Test("a key Foundation's lastPathComponent traps on (\"//Ҩ\") is looked up by its file name (found by fuzz-csv)")
+    func foundationTrapKey() throws {
+        let table = try MetadataTable(text: "path,title\n//\u{04A8},T\nmusic/b.flac,B\n", path: "m.csv")
+        #expect(table.entryIndex(for: "/elsewhere/\u{04A8}") == 0)
+        #expect(table.entryIndex(for: "//\u{04A8}") == 0)
+        #expect(table.entryIndex(for: "other/b.flac/") == 1)
+    }
+
     @Test("errors about the whole file name no line")
     func wholeFileErrors() {
         #expect(throws: CSVError(path: "m.csv", line: nil, message: "the metadata file is empty")) {
