@@ -61,6 +61,17 @@ let package = Package(
         .testTarget(name: "EarmarkStreamingTests", dependencies: ["EarmarkStreaming", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkKitTests", dependencies: ["EarmarkKit", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkCLITests", dependencies: ["EarmarkAnalysis", "EarmarkKit", "EarmarkTestSupport"]),
+
+        // Fuzzing (tools/fuzz.sh): one libFuzzer target per parser of outside bytes, all calling EarmarkFuzzing's
+        // entry points; built without -DFUZZING, each replays the files it is given, as the replay tests do.
+        .systemLibrary(name: "CFuzzerDriver"),
+        .target(name: "EarmarkFuzzing", dependencies: ["CFuzzerDriver", "CSQLite3", "EarmarkKit"]),
+        .executableTarget(name: "fuzz-signature", dependencies: ["EarmarkFuzzing"]),
+        .executableTarget(name: "fuzz-model", dependencies: ["EarmarkFuzzing"]),
+        .executableTarget(name: "fuzz-catalog", dependencies: ["EarmarkFuzzing"]),
+        .executableTarget(name: "fuzz-wav", dependencies: ["EarmarkFuzzing"]),
+        .executableTarget(name: "fuzz-csv", dependencies: ["EarmarkFuzzing"]),
+        .testTarget(name: "EarmarkFuzzingTests", dependencies: ["EarmarkFuzzing", "EarmarkKit", "EarmarkTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -7,6 +7,7 @@
 #   PER_TRACK=3 NEGATIVES=60 tools/bench.sh   # a quick draw
 #   tools/bench.sh --open          # extra earmark-bench flags (see earmark-bench --help)
 #   SKEW=1 tools/bench.sh          # then also speed ±5 % and ±10 % clips (tools/make_skew_queries.py)
+#   FUZZ_SECONDS=600 tools/bench.sh   # then also every fuzz target for that long (tools/fuzz.sh; CI runs 60 s)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=${EARMARK_CORPUS:-$HOME/.cache/earmark-corpus}
@@ -36,4 +37,8 @@ if [ "${SKEW:-0}" = 1 ]; then
     --corpus "$ROOT/corpus/public" --out "$SKEWQ" --durations 10 --per-track 2 --negatives 0
   echo "== speed ±5 % and ±10 % (10-s clips)"
   "$bench" --corpus "$ROOT/corpus/public" --queries "$SKEWQ" --reuse "$@"
+fi
+if [ -n "${FUZZ_SECONDS:-}" ]; then
+  echo "== fuzz targets, $FUZZ_SECONDS s each"
+  bash tools/fuzz.sh --seconds "$FUZZ_SECONDS" </dev/null
 fi

@@ -168,8 +168,9 @@ public struct SoundModel: Sendable {
             throw bad("damaged header (\(error))")
         }
         let blobStart = (16 + headerLength + 15) & ~15
-        guard header.blobBytes >= 0, blobStart + header.blobBytes == bytes.count else {
-            throw bad("expected \(blobStart + header.blobBytes) bytes, found \(bytes.count) (truncated or extended)")
+        // Compared by subtraction: a damaged header may state any Int, and the sum could overflow.
+        guard header.blobBytes >= 0, header.blobBytes == bytes.count - blobStart else {
+            throw bad("expected \(blobStart) + \(header.blobBytes) bytes, found \(bytes.count) (truncated or extended)")
         }
         let blob = Array(bytes[blobStart...])
         guard String(format: "%016llx", SoundModel.fnv1a64(blob)) == header.blobFNV1a64.lowercased() else {
@@ -225,10 +226,13 @@ public struct SoundModel: Sendable {
             SoundModelError(.inconsistent, "\(fileName): \(why)")
         }
         let fe = header.frontEnd
-        guard fe.sampleRate >= 4000, fe.sampleRate <= 192_000, fe.fftLength >= 16, fe.fftLength & (fe.fftLength - 1) == 0,
-              fe.windowLength >= 16, fe.windowLength <= fe.fftLength, fe.hopLength >= 1, fe.melBands >= 1,
-              fe.melBands <= fe.fftLength / 2, fe.minFrequency >= 0, fe.maxFrequency > fe.minFrequency,
-              fe.maxFrequency <= fe.sampleRate / 2, fe.patchFrames >= 1, fe.logOffset > 0
+        // Upper bounds far above any real model's (YAMNet: FFT 512, hop 160, 96 × 64 patches) keep every size
+        // below well within Int and the front end's buffers small.
+        guard fe.sampleRate >= 4000, fe.sampleRate <= 192_000, fe.fftLength >= 16, fe.fftLength <= 1 << 16,
+              fe.fftLength & (fe.fftLength - 1) == 0,
+              fe.windowLength >= 16, fe.windowLength <= fe.fftLength, fe.hopLength >= 1, fe.hopLength <= 1 << 16,
+              fe.melBands >= 1, fe.melBands <= fe.fftLength / 2, fe.minFrequency >= 0, fe.maxFrequency > fe.minFrequency,
+              fe.maxFrequency <= fe.sampleRate / 2, fe.patchFrames >= 1, fe.patchFrames <= 10_000, fe.logOffset > 0
         else { throw inconsistent("front end parameters out of range") }
         guard (0...255).contains(header.input.zeroPoint), header.input.scale > 0 else {
             throw inconsistent("bad input quantisation")
@@ -237,17 +241,29 @@ public struct SoundModel: Sendable {
         var h = fe.patchFrames, w = fe.melBands, c = 1
         var shapes: [(h: Int, w: Int, c: Int)] = []
         var floatSeen = false
+        /// The product, or nil when it overflows Int.
+        func product(_ factors: Int...) -> Int? {
+            var p = 1
+            for f in factors {
+                let (r, overflow) = p.multipliedReportingOverflow(by: f)
+                if overflow { return nil }
+                p = r
+            }
+            return p
+        }
         for (i, layer) in header.layers.enumerated() {
             let name = "layer \(i) (\(layer.op.rawValue))"
-            guard layer.inputChannels == (layer.op == .dense ? h * w * c : c) else {
+            guard let elements = product(h, w, c) else { throw inconsistent("\(name): its input is too large") }
+            guard layer.inputChannels == (layer.op == .dense ? elements : c) else {
                 throw inconsistent("\(name) expects \(layer.inputChannels) input channels but gets \(layer.op == .dense ? h * w * c : c): the model was made for another input size")
             }
             guard layer.outputChannels >= 1 else { throw inconsistent("\(name) has no outputs") }
             if floatSeen, layer.op != .denseFloat { throw inconsistent("\(name): quantised layers cannot follow float ones") }
             func check(_ t: TensorRef?, _ type: String, _ count: Int, _ what: String) throws {
                 guard let t else { throw inconsistent("\(name) has no \(what)") }
-                guard t.type == type, t.count == count, let size = t.bytesPerElement, t.offset >= 0,
-                      t.offset % 4 == 0, t.offset + t.count * size <= blobBytes
+                // t.count ≤ (blobBytes − t.offset) / size: the tensor fits, without an overflowing sum or product.
+                guard t.type == type, t.count == count, let size = t.bytesPerElement, t.offset >= 0, t.offset <= blobBytes,
+                      t.offset % 4 == 0, t.count <= (blobBytes - t.offset) / size
                 else { throw inconsistent("\(name): \(what) tensor does not fit (\(t.type) × \(t.count) at \(t.offset))") }
             }
             if layer.op != .denseFloat {
@@ -259,25 +275,30 @@ public struct SoundModel: Sendable {
             switch layer.op {
             case .conv, .depthwise:
                 guard let k = layer.kernel, let s = layer.stride, let p = layer.pads, k.count == 2, s.count == 2, p.count == 4,
-                      k.allSatisfy({ $0 >= 1 }), s.allSatisfy({ $0 >= 1 }), p.allSatisfy({ $0 >= 0 })
-                else { throw inconsistent("\(name) needs kernel, stride and pads") }
+                      k.allSatisfy({ (1...1 << 16).contains($0) }), s.allSatisfy({ (1...1 << 16).contains($0) }),
+                      p.allSatisfy({ (0...1 << 16).contains($0) })
+                else { throw inconsistent("\(name) needs kernel, stride and pads (each at most 65536)") }
                 if layer.op == .depthwise, layer.outputChannels != c { throw inconsistent("\(name) must keep its \(c) channels") }
                 let oh = (h + p[0] + p[2] - k[0]) / s[0] + 1, ow = (w + p[1] + p[3] - k[1]) / s[1] + 1
                 guard oh >= 1, ow >= 1 else { throw inconsistent("\(name): input \(h)×\(w) is smaller than its kernel") }
-                let perFilter = layer.op == .conv ? c * k[0] * k[1] : k[0] * k[1]
-                try check(layer.weights, "int8", layer.outputChannels * perFilter, "weights")
+                guard let weights = product(layer.outputChannels, layer.op == .conv ? c : 1, k[0], k[1]),
+                      product(oh, ow, layer.outputChannels) != nil
+                else { throw inconsistent("\(name) is too large") }
+                try check(layer.weights, "int8", weights, "weights")
                 try check(layer.bias, "int32", layer.outputChannels, "bias")
                 (h, w, c) = (oh, ow, layer.outputChannels)
             case .globalAveragePool:
                 guard layer.outputChannels == c else { throw inconsistent("\(name) must keep its \(c) channels") }
                 (h, w) = (1, 1)
             case .dense:
-                try check(layer.weights, "int8", layer.outputChannels * layer.inputChannels, "weights")
+                guard let weights = product(layer.outputChannels, layer.inputChannels) else { throw inconsistent("\(name) is too large") }
+                try check(layer.weights, "int8", weights, "weights")
                 try check(layer.bias, "int32", layer.outputChannels, "bias")
                 (h, w, c) = (1, 1, layer.outputChannels)
             case .denseFloat:
                 guard i > 0 else { throw inconsistent("\(name) cannot be the first layer") }
-                try check(layer.weights, "float32", layer.outputChannels * layer.inputChannels, "weights")
+                guard let weights = product(layer.outputChannels, layer.inputChannels) else { throw inconsistent("\(name) is too large") }
+                try check(layer.weights, "float32", weights, "weights")
                 try check(layer.bias, "float32", layer.outputChannels, "bias")
                 guard ["relu", "none"].contains(layer.activation ?? "none") else { throw inconsistent("\(name): unknown activation") }
                 floatSeen = true

@@ -28,11 +28,12 @@ public enum Landmarks {
     /// Bits in a landmark hash.
     public static let hashBits = 21
 
-    /// The hash of an anchor/target pair; `dt` in frames (1…63), bins absolute.
+    /// The hash of an anchor/target pair; `dt` in frames (1…63), bins absolute. Each field keeps its
+    /// low bits, also for bins outside the configuration's range (a damaged or crafted signature file).
     @inline(__always)
     public static func hash(anchorBin: Int, targetBin: Int, dt: Int, configuration: SignatureConfiguration) -> UInt32 {
-        let a = UInt32(anchorBin - configuration.minBin) & 0xFF
-        let df = UInt32(targetBin - anchorBin + 64) & 0x7F
+        let a = UInt32(truncatingIfNeeded: anchorBin - configuration.minBin) & 0xFF
+        let df = UInt32(truncatingIfNeeded: targetBin - anchorBin + 64) & 0x7F
         return a << 13 | df << 6 | UInt32(dt & 0x3F)
     }
 
@@ -74,7 +75,8 @@ public enum Landmarks {
                 let h = hash(anchorBin: Int(a.bin), targetBin: Int(b.bin), dt: Int(b.frame) - Int(a.frame),
                              configuration: configuration)
                 if suppressRepeats {
-                    if let last = lastSeen[h], a.frame - last <= UInt32(configuration.repeatSuppressionFrames) { continue }
+                    // Peaks out of frame order (only in a damaged file) wrap around and are never repeats.
+                    if let last = lastSeen[h], a.frame &- last <= UInt32(configuration.repeatSuppressionFrames) { continue }
                     lastSeen[h] = a.frame
                 }
                 out.append(Landmark(hash: h, frame: a.frame))

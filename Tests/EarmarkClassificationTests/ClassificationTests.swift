@@ -341,3 +341,22 @@ struct InstrumentHeadTests {
         #expect(mismatch.families == labels.families)
     }
 }
+
+@Suite("Sound model files with extreme header numbers")
+struct ModelHeaderBoundsTests {
+    /// Fuzz/regressions/model: headers whose numbers (blob size, tensor offset, pads, patch frames near
+    /// Int.max) overflowed the loader's size arithmetic and crashed it.
+    @Test("are refused with an error, not an overflow trap (inputs hand-made from fuzz-model's seeds)")
+    func extremeNumbers() throws {
+        let folder = TestPaths.repositoryRoot.appendingPathComponent("Fuzz/regressions/model")
+        let files = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { $0.hasSuffix(".emodel") }.sorted()
+        #expect(files.count >= 4)
+        for name in files {
+            let data = try Data(contentsOf: folder.appendingPathComponent(name))
+            #expect(throws: SoundModelError.self, "\(name)") { try SoundModel(data: data, name: name) }
+        }
+        // The same seed network loads untouched.
+        let seed = TestPaths.repositoryRoot.appendingPathComponent("Fuzz/corpus/model/tiny-sigmoid.emodel")
+        #expect(try SoundModel(data: Data(contentsOf: seed)).labels.count == 3)
+    }
+}

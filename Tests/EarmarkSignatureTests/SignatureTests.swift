@@ -281,3 +281,25 @@ struct SignatureStreamingTests {
         #expect(throws: SignatureError.self) { try g.append(Signal.slice(m, start: 1, seconds: 1), at: 0.5) }
     }
 }
+
+@Suite("Landmarks of damaged signature files")
+struct DamagedLandmarkTests {
+    @Test("peaks below the lowest bin or out of frame order pair without a crash (found by fuzz-signature)")
+    func outOfRangePeaks() throws {
+        let c = SignatureConfiguration.current
+        // Bin 0 is below minBin; frames run backwards, so a repeated hash comes "earlier" than the last one seen.
+        let peaks = [Peak(frame: 40, bin: 0, rank: 0, level: 1), Peak(frame: 42, bin: 3, rank: 0, level: 1),
+                     Peak(frame: 10, bin: 0, rank: 0, level: 1), Peak(frame: 12, bin: 3, rank: 0, level: 1)]
+        let signature = Signature(configurationVersion: c.version, duration: 1, peaks: peaks)
+        // The file format carries such peaks: they come back from a file as they went in.
+        let read = try Signature(dataRepresentation: signature.dataRepresentation())
+        for role in [LandmarkRole.reference, .query, .deepQuery] {
+            let landmarks = Landmarks.extract(from: read, role: role)
+            #expect(landmarks.map(\.frame) == [40, 10], "\(role)")
+            #expect(Set(landmarks.map(\.hash)).count == 1)
+        }
+        // In range, the hash is as before: anchor bin above minBin, bin difference + 64, frame difference.
+        let h = Landmarks.hash(anchorBin: c.minBin + 5, targetBin: c.minBin + 2, dt: 7, configuration: c)
+        #expect(h == 5 << 13 | 61 << 6 | 7)
+    }
+}

@@ -1,25 +1,36 @@
-import EarmarkKit
 import Foundation
 
-/// A malformed CSV file.
-struct CSVError: Error, CustomStringConvertible {
-    var path: String?
-    var line: Int
-    var message: String
-    var description: String { "\(path.map { "\($0): " } ?? "")line \(line): \(message)" }
+/// A malformed or unusable CSV file.
+public struct CSVError: Error, CustomStringConvertible, Sendable, Equatable {
+    public var path: String?
+    /// 1-based line of the problem, or nil for the file as a whole.
+    public var line: Int?
+    public var message: String
+    public init(path: String? = nil, line: Int?, message: String) {
+        self.path = path
+        self.line = line
+        self.message = message
+    }
+    public var description: String { "\(path.map { "\($0): " } ?? "")\(line.map { "line \($0): " } ?? "")\(message)" }
 }
 
 /// A small RFC 4180 CSV reader: comma-separated fields, optional double quotes around a field,
 /// `""` for a quote inside a quoted field, commas and line breaks (LF or CRLF) inside quotes.
 /// A leading UTF-8 byte-order mark and blank lines are ignored.
-enum CSV {
-    struct Row: Equatable {
+public enum CSV {
+    /// One record.
+    public struct Row: Equatable, Sendable {
         /// 1-based line on which the record starts.
-        var line: Int
-        var fields: [String]
+        public var line: Int
+        public var fields: [String]
+        public init(line: Int, fields: [String]) {
+            self.line = line
+            self.fields = fields
+        }
     }
 
-    static func parse(_ text: String) throws -> [Row] {
+    /// Splits `text` into records; throws ``CSVError`` for a quote that is never closed or text after a closing quote.
+    public static func parse(_ text: String) throws -> [Row] {
         let s = Array(text.unicodeScalars)
         var rows: [Row] = []
         var fields: [String] = []
@@ -91,45 +102,56 @@ enum CSV {
 /// The header names the columns. `path` (or `file`) identifies the audio file; `title`, `artist`
 /// and `album` fill those fields; every other column with a non-empty value becomes a metadata
 /// string. Header names are matched case-insensitively.
-struct MetadataTable {
-    struct Entry {
-        var line: Int
-        var key: String
-        var description: TrackDescription
+public struct MetadataTable: Sendable {
+    /// One row: the line it starts on, its path as written, and what it describes.
+    public struct Entry: Sendable {
+        public var line: Int
+        public var key: String
+        public var description: TrackDescription
     }
 
-    var entries: [Entry]
+    /// The rows in file order.
+    public var entries: [Entry]
     private var byKey: [String: Int] = [:]
     private var byAbsolute: [String: Int] = [:]
     private var byName: [String: Int] = [:]
     private var ambiguousNames: Set<String> = []
 
-    init(path csvPath: String) throws {
+    /// Reads the CSV file at `csvPath` (UTF-8); throws ``CSVError``.
+    public init(path csvPath: String) throws {
         let text: String
         do {
             text = try String(contentsOfFile: csvPath, encoding: .utf8)
         } catch {
-            throw CLIError("\(csvPath): cannot read metadata file (it must be UTF-8 text): \(describe(error))")
+            throw CSVError(path: csvPath, line: nil,
+                           message: "cannot read metadata file (it must be UTF-8 text): \(error.localizedDescription)")
         }
+        try self.init(text: text, path: csvPath)
+    }
+
+    /// Parses CSV text read from `csvPath` (relative keys are also looked up beside it); throws ``CSVError``.
+    public init(text: String, path csvPath: String) throws {
         let rows: [CSV.Row]
         do { rows = try CSV.parse(text) } catch var e as CSVError {
             e.path = csvPath
             throw e
         }
-        guard let header = rows.first else { throw CLIError("\(csvPath): the metadata file is empty") }
+        guard let header = rows.first else { throw CSVError(path: csvPath, line: nil, message: "the metadata file is empty") }
         let names = header.fields.map { $0.trimmingCharacters(in: .whitespaces) }
         let lower = names.map { $0.lowercased() }
         guard let keyColumn = lower.firstIndex(of: "path") ?? lower.firstIndex(of: "file") else {
-            throw CLIError("\(csvPath): the header row needs a `path` or `file` column (found: \(names.joined(separator: ", ")))")
+            throw CSVError(path: csvPath, line: nil,
+                           message: "the header row needs a `path` or `file` column (found: \(names.joined(separator: ", ")))")
         }
-        let csvFolder = (absolutePath(csvPath) as NSString).deletingLastPathComponent
+        let csvFolder = (MetadataTable.absolutePath(csvPath) as NSString).deletingLastPathComponent
         entries = []
         for row in rows.dropFirst() {
             guard row.fields.count <= names.count else {
                 throw CSVError(path: csvPath, line: row.line,
                                message: "\(row.fields.count) fields but the header has \(names.count) (quote fields that contain commas)")
             }
-            let key = row.fields[keyColumn].trimmingCharacters(in: .whitespaces)
+            // A row may stop before the key column (fewer fields than the header): its key is empty.
+            let key = (keyColumn < row.fields.count ? row.fields[keyColumn] : "").trimmingCharacters(in: .whitespaces)
             guard !key.isEmpty else { throw CSVError(path: csvPath, line: row.line, message: "empty \(names[keyColumn]) field") }
             var d = TrackDescription()
             for (c, value) in row.fields.enumerated() where c != keyColumn && !value.isEmpty && !names[c].isEmpty {
@@ -148,25 +170,36 @@ struct MetadataTable {
             byKey[key] = index
             let expanded = (key as NSString).expandingTildeInPath
             if expanded.hasPrefix("/") {
-                byAbsolute[absolutePath(expanded)] = index
+                byAbsolute[MetadataTable.absolutePath(expanded)] = index
             } else {
                 // Relative paths may be relative to the current folder or to the CSV's folder.
-                byAbsolute[absolutePath(expanded)] = index
-                let besideCSV = absolutePath((csvFolder as NSString).appendingPathComponent(expanded))
+                byAbsolute[MetadataTable.absolutePath(expanded)] = index
+                let besideCSV = MetadataTable.absolutePath((csvFolder as NSString).appendingPathComponent(expanded))
                 if byAbsolute[besideCSV] == nil { byAbsolute[besideCSV] = index }
             }
-            let name = (key as NSString).lastPathComponent
+            let name = MetadataTable.fileName(key)
             if byName[name] != nil { ambiguousNames.insert(name) } else { byName[name] = index }
         }
     }
 
     /// The entry for an audio file: by the path as given, then its absolute path, then its file name
     /// (when only one row has that name).
-    func entryIndex(for file: String) -> Int? {
+    public func entryIndex(for file: String) -> Int? {
         if let i = byKey[file] { return i }
-        if let i = byAbsolute[absolutePath(file)] { return i }
-        let name = (file as NSString).lastPathComponent
+        if let i = byAbsolute[MetadataTable.absolutePath(file)] { return i }
+        let name = MetadataTable.fileName(file)
         if !ambiguousNames.contains(name), let i = byName[name] { return i }
         return nil
+    }
+
+    /// The last non-empty component of `path` (the path itself when it has none). Not NSString's
+    /// lastPathComponent: swift-corelibs-foundation traps on some paths, e.g. "//Ҩ" (found by fuzz-csv).
+    static func fileName(_ path: String) -> String {
+        path.split(separator: "/").last.map(String.init) ?? path
+    }
+
+    /// `path` with `~` expanded, made absolute from the current folder and standardised.
+    static func absolutePath(_ path: String) -> String {
+        URL(fileURLWithPath: (path as NSString).expandingTildeInPath).standardizedFileURL.path
     }
 }
