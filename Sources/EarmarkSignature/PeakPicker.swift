@@ -52,9 +52,7 @@ final class PeakPicker {
         spectra = [Float](repeating: 0, count: ringSize * bandCount)
         freqMax = spectra
         frames = Array(repeating: -1, count: ringSize)
-        // +3 dB per octave, so that the usual downward slope of music spectra does not put every peak in the bass.
-        let refBin = 1000.0 * Double(config.fftSize) / config.sampleRate
-        tilt = (config.minBin..<config.maxBin).map { Float(10 * log10(Double($0) / refBin)) }
+        tilt = (config.minBin..<config.maxBin).map { Float(config.tiltDecibels(bin: $0)) }
         tiltFactor = tilt.map { powf(10, $0 / 10) }
         floorPower = powf(10, config.levelFloor / 10)
     }

@@ -42,7 +42,8 @@ public struct Signature: Sendable, Equatable {
     /// Checks every field against what `configuration`'s generator can produce, so that no peak can
     /// index outside the band or the duration and no table sized from it can be huge: duration finite
     /// and at most ``maximumDuration``; peaks ordered by frame, each frame within the duration; bins in
-    /// `minBin..<maxBin`; rank below `deepRankLimit`; level finite, at or above `levelFloor` and below 100 dB;
+    /// `minBin..<maxBin`; rank below `deepRankLimit`; level finite, at or above `levelFloor` plus the bin's tilt
+    /// (``SignatureConfiguration/tiltDecibels(bin:)``) and below 100 dB;
     /// no frame holding more peaks than the peak picker's neighbourhood allows, and no stretch of
     /// `rankRadius + 1` frames more than ``maximumPeaksPerRankWindow(configuration:)``.
     /// Throws ``SignatureError/Code/invalidFile`` naming the first offending field.
@@ -73,8 +74,10 @@ public struct Signature: Sendable, Equatable {
             guard Int(p.rank) < configuration.deepRankLimit else {
                 throw bad("peak \(i) has rank \(p.rank), not below \(configuration.deepRankLimit)")
             }
-            guard p.level.isFinite, p.level >= configuration.levelFloor, p.level < 100 else {
-                throw bad("peak \(i) has level \(p.level) dB, outside \(configuration.levelFloor)…100")
+            // Levels are of the tilted spectrum (see SignatureConfiguration.tiltDecibels); 0.01 dB covers rounding.
+            let lowest = configuration.levelFloor + Float(configuration.tiltDecibels(bin: Int(p.bin))) - 0.01
+            guard p.level.isFinite, p.level >= lowest, p.level < 100 else {
+                throw bad("peak \(i) has level \(p.level) dB, outside \(lowest)…100 for bin \(p.bin)")
             }
         }
     }

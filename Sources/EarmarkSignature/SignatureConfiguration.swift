@@ -1,3 +1,5 @@
+import Foundation
+
 /// Every tunable of the signature algorithm, in one versioned value.
 ///
 /// Changing a field that shapes what a catalog holds (peaks, ranks up to ``queryRankLimit``, reference
@@ -65,6 +67,13 @@ public struct SignatureConfiguration: Sendable, Equatable, Codable {
         var c = self
         c.deepRankLimit = queryRankLimit
         return c
+    }
+
+    /// The tilt (dB) added to bin `bin`'s power before peaks are picked: +3 dB per octave, 0 at 1 kHz, so that the
+    /// usual downward slope of music spectra does not put every peak in the bass. Peak levels include it, so a
+    /// peak of bin `bin` is at least `levelFloor + tiltDecibels(bin:)`.
+    public func tiltDecibels(bin: Int) -> Double {
+        10 * log10(Double(bin) / (1000 * Double(fftSize) / sampleRate))
     }
 
     /// Seconds per STFT frame.

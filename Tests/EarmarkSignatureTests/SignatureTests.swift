@@ -122,6 +122,21 @@ struct SignatureFieldTests {
         #expect(try await read { _ in } == nil)
     }
 
+    @Test("signatures of real music at any level pass the checks, down to the faintest peaks the picker keeps")
+    func everyLevelPasses() async throws {
+        let music12 = Signal.slice(try await music.value(), start: 0, seconds: 12)
+        var faintest = Float.infinity
+        for gainDB in stride(from: 0.0, through: -110, by: -10) {
+            let gain = Float(pow(10, gainDB / 20))
+            let sig = SignatureGenerator.signature(of: music12.map { $0 * gain })
+            faintest = min(faintest, sig.peaks.map(\.level).min() ?? .infinity)
+            #expect(throws: Never.self, "\(gainDB) dB") { try sig.validateStructure() }
+            #expect(throws: Never.self, "\(gainDB) dB") { _ = try Signature(dataRepresentation: sig.dataRepresentation()) }
+        }
+        // The faintest peaks sit below levelFloor itself, in the bass: the bin's tilt lowers their level.
+        #expect(faintest < SignatureConfiguration.current.levelFloor, "faintest peak \(faintest) dB")
+    }
+
     @Test("a peak's bin outside the band is refused", arguments: [0, 11, 187, 255, 256, 65_535])
     func binOutsideBand(bin: Int) async throws {
         let e = try await read { $0.peaks[40].bin = UInt16(bin) }
