@@ -67,7 +67,8 @@ public final class Catalog {
             guard create, !readOnly else {
                 throw CatalogError(.notFound, "no catalog here; build one with `earmark catalog add`", path: path)
             }
-            let dir = (path as NSString).deletingLastPathComponent
+            // (URL, not NSString: swift-corelibs-foundation's NSString path methods trap on paths such as "//Ҩ".)
+            let dir = URL(fileURLWithPath: path).deletingLastPathComponent().path
             if !dir.isEmpty {
                 do { try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) } catch {
                     throw CatalogError(.readOnly, "cannot create folder \(dir): \(error.localizedDescription)", path: path)
@@ -97,8 +98,7 @@ public final class Catalog {
     /// container layer, a CD), so SQLite could not create the WAL index a WAL-mode file needs, and no
     /// write-ahead log holds changes that only a normal open would see.
     static func onReadOnlyStorage(_ path: String) -> Bool {
-        let folder = (path as NSString).deletingLastPathComponent
-        guard access(folder.isEmpty ? "." : folder, W_OK) != 0 else { return false }
+        guard access(URL(fileURLWithPath: path).deletingLastPathComponent().path, W_OK) != 0 else { return false }
         let wal = (try? FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int) ?? 0
         return wal == 0
     }

@@ -187,7 +187,7 @@ public func expandAudioPaths(_ paths: [String]) throws -> [String] {
             guard let e = FileManager.default.enumerator(atPath: p) else { continue }
             var found: [String] = []
             for case let rel as String in e {
-                let ext = (rel as NSString).pathExtension.lowercased()
+                let ext = URL(fileURLWithPath: rel).pathExtension.lowercased()
                 if audioFileExtensions.contains(ext) { found.append((p as NSString).appendingPathComponent(rel)) }
             }
             out += found.sorted()

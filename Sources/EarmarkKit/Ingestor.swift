@@ -143,7 +143,7 @@ public struct Ingestor: Sendable {
             let abs = Ingestor.absolute(path)
             let stamp = Ingestor.fileStamp(abs)
             var d = describe(path)
-            if d.title == nil { d.title = ((path as NSString).lastPathComponent as NSString).deletingPathExtension }
+            if d.title == nil { d.title = PathName.stem(path) }
             let new = NewTrack(title: d.title, artist: d.artist, album: d.album, metadata: d.metadata,
                                duration: file.signature.duration, sourcePath: abs, sourceSize: stamp?.0,
                                sourceModified: stamp?.1, contentHash: file.contentHash)

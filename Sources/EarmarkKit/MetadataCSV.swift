@@ -143,7 +143,7 @@ public struct MetadataTable: Sendable {
             throw CSVError(path: csvPath, line: nil,
                            message: "the header row needs a `path` or `file` column (found: \(names.joined(separator: ", ")))")
         }
-        let csvFolder = (MetadataTable.absolutePath(csvPath) as NSString).deletingLastPathComponent
+        let csvFolder = URL(fileURLWithPath: MetadataTable.absolutePath(csvPath)).deletingLastPathComponent().path
         entries = []
         for row in rows.dropFirst() {
             guard row.fields.count <= names.count else {
@@ -177,7 +177,7 @@ public struct MetadataTable: Sendable {
                 let besideCSV = MetadataTable.absolutePath((csvFolder as NSString).appendingPathComponent(expanded))
                 if byAbsolute[besideCSV] == nil { byAbsolute[besideCSV] = index }
             }
-            let name = MetadataTable.fileName(key)
+            let name = PathName.last(key)
             if byName[name] != nil { ambiguousNames.insert(name) } else { byName[name] = index }
         }
     }
@@ -187,15 +187,9 @@ public struct MetadataTable: Sendable {
     public func entryIndex(for file: String) -> Int? {
         if let i = byKey[file] { return i }
         if let i = byAbsolute[MetadataTable.absolutePath(file)] { return i }
-        let name = MetadataTable.fileName(file)
+        let name = PathName.last(file)
         if !ambiguousNames.contains(name), let i = byName[name] { return i }
         return nil
-    }
-
-    /// The last non-empty component of `path` (the path itself when it has none). Not NSString's
-    /// lastPathComponent: swift-corelibs-foundation traps on some paths, e.g. "//Ҩ" (found by fuzz-csv).
-    static func fileName(_ path: String) -> String {
-        path.split(separator: "/").last.map(String.init) ?? path
     }
 
     /// `path` with `~` expanded, made absolute from the current folder and standardised.

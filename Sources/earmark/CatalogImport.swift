@@ -60,7 +60,7 @@ struct CatalogImportCommand: AsyncParsableCommand {
                     try fm.removeItem(atPath: destination + suffix)
                 }
             } else {
-                let folder = (destination as NSString).deletingLastPathComponent
+                let folder = URL(fileURLWithPath: destination).deletingLastPathComponent().path
                 if !folder.isEmpty { try fm.createDirectory(atPath: folder, withIntermediateDirectories: true) }
             }
             try sourceCatalog.export(to: destination)

@@ -76,7 +76,7 @@ struct ClassifyCommand: AsyncParsableCommand {
         var reports: [ClassificationReport] = []
         var failed = 0
         for file in files {
-            let bar = stderrIsTerminal ? SecondsProgress(label: (file as NSString).lastPathComponent) : nil
+            let bar = stderrIsTerminal ? SecondsProgress(label: PathName.last(file)) : nil
             do {
                 let windows = try classifier.classify(path: file, options: options) { bar?.update($0) }
                 bar?.finish()

@@ -60,7 +60,7 @@ final class ProgressBar: @unchecked Sendable {
         let speed = elapsed > 0 ? String(format: "%.0f× real-time", audioSeconds / elapsed) : ""
         var text = "\(bar) \(done)/\(total)  " + String(format: "%.2f h audio", audioSeconds / 3600) + (speed.isEmpty ? "" : "  " + speed)
         let room = width - 1 - text.count - 2
-        if room >= 8 { text += "  " + truncate((current as NSString).lastPathComponent, room) }
+        if room >= 8 { text += "  " + truncate(PathName.last(current), room) }
         return truncate(text, max(10, width - 1))
     }
 

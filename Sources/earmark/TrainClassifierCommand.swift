@@ -86,7 +86,7 @@ struct TrainClassifierCommand: AsyncParsableCommand {
             guard !files.isEmpty else { throw CLIError("\(labelName): no audio files in its folder") }
             var windows = 0
             for file in files {
-                let bar = stderrIsTerminal && !json ? SecondsProgress(label: (file as NSString).lastPathComponent) : nil
+                let bar = stderrIsTerminal && !json ? SecondsProgress(label: PathName.last(file)) : nil
                 let found: [SoundWindow]
                 do {
                     found = try classifier.classify(path: file) { bar?.update($0) }
@@ -103,7 +103,7 @@ struct TrainClassifierCommand: AsyncParsableCommand {
         }
         let result = HeadTrainer.train(examples, labels: labelNames.count, epochs: epochs)
         let labels = labelNames.map { SoundLabel(mid: "custom:" + $0, name: $0) }
-        let modelName = name ?? ((output as NSString).lastPathComponent as NSString).deletingPathExtension
+        let modelName = name ?? PathName.stem(output)
         let data = try model.withHead(labels: labels, weights: result.weights, bias: result.bias, name: modelName,
                                       description: "\(labelNames.count) labels (\(labelNames.joined(separator: ", "))) trained on \(examples.count) windows of \(fileIndex) files from \(folder)")
         // Written whole to a temporary file first, so a failure never leaves a half model.

@@ -547,6 +547,15 @@ struct CatalogDamageTests {
         #expect(!problems.isEmpty)
     }
 
+    @Test("a catalog path of one non-ASCII character after a double slash opens (Foundation's NSString path methods trap on it)")
+    func oddPath() throws {
+        let dir = try TemporaryDirectory("odd")
+        let path = dir.path + "//\u{04A8}"
+        _ = try Catalog(path: path, create: true)
+        #expect(try Catalog(path: path, readOnly: true).tracks().isEmpty)
+        #expect(FileManager.default.fileExists(atPath: dir.path("\u{04A8}")))
+    }
+
     @Test("a URL or a folder given as the catalog is refused with a clear error and creates nothing")
     func urlAndFolder() throws {
         let dir = try TemporaryDirectory("url")

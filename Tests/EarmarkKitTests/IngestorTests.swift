@@ -143,6 +143,18 @@ struct IngestorRefusalTests {
         }
     }
 
+    @Test("a file named with one non-ASCII character, given after a double slash, is titled by its name (Foundation's lastPathComponent traps on it)")
+    func oddPath() async throws {
+        let dir = try TemporaryDirectory("ingest-odd")
+        let files = try makeExcerpts([("pingus-4", 10, "x.wav")], in: dir.file("music"))
+        let odd = dir.path("music/\u{04A8}")
+        try FileManager.default.moveItem(atPath: files[0].path, toPath: odd)
+        let outcomes = try await Ingestor(catalogPath: dir.path("c.earcat")).add(files: [dir.path("music") + "//\u{04A8}"])
+        #expect(outcomes.first?.status == .added, "\(outcomes.map { $0.error ?? "ok" })")
+        #expect(outcomes.first?.track?.title == "\u{04A8}")
+        #expect(PathName.stem("a/b/song.flac") == "song" && PathName.stem(".hidden") == ".hidden" && PathName.last("a//") == "a")
+    }
+
     @Test("digital silence and near-silence are refused as no usable sound; nothing is stored")
     func silence() async throws {
         let dir = try TemporaryDirectory("ingest-silence")
