@@ -17,6 +17,8 @@ public final class Catalog {
     /// `PRAGMA application_id` of Earmark catalogs ("ERMK").
     static let applicationID: Int32 = 0x4552_4D4B
     static let lowBits: UInt32 = 3
+    /// Rows of the hash index: one per value of a hash's top bits.
+    static let bucketCount = 1 << (Landmarks.hashBits - Int(lowBits))
 
     public let path: String
     public let configuration: SignatureConfiguration
@@ -452,12 +454,13 @@ public final class Catalog {
             }
             for t in batch {
                 let peaks = try source.peaks(trackID: t.id).map { Peak(frame: $0.frame, bin: $0.bin, rank: 0, level: 0) }
-                let stamp = try source.db.prepare("SELECT source_size, source_mtime FROM tracks WHERE id = ?1")
+                let stamp = try source.db.cached("SELECT source_size, source_mtime FROM tracks WHERE id = ?1")
                 stamp.bind(1, t.id)
                 let hasStamp = try stamp.step() && !stamp.isNull(0)
                 let new = NewTrack(title: t.title, artist: t.artist, album: t.album, metadata: t.metadata, duration: t.duration,
                                    sourcePath: t.sourcePath, sourceSize: hasStamp ? stamp.int64(0) : nil,
                                    sourceModified: hasStamp && !stamp.isNull(1) ? stamp.double(1) : nil, contentHash: t.contentHash)
+                stamp.reset()
                 let result = try add(new, landmarks: landmarks.removeValue(forKey: t.id) ?? [], peaks: peaks,
                                      analyses: try source.analyses(trackID: t.id))
                 out.append((t, result))
@@ -650,7 +653,7 @@ public final class Catalog {
             return false
         }
         let version = try dataVersion()
-        let count = 1 << (Landmarks.hashBits - Int(Catalog.lowBits))
+        let count = Catalog.bucketCount
         var offsets = [UInt32](repeating: 0, count: count + 1)
         var data: [UInt8] = []
         data.reserveCapacity(bytes)
@@ -710,13 +713,18 @@ public final class Catalog {
         defer { s.reset() }
         s.bind(1, trackID)
         guard try s.step() else { return [] }
-        let lastFrame = configuration.lastFrame(duration: min(max(0, s.double(1)), Signature.maximumDuration))
+        let lastFrame = lastStoredFrame(duration: s.double(1))
         return try s.withBlob(0) { raw in
             guard let peaks = Catalog.decodePeaks(raw, lastFrame: lastFrame, configuration: configuration) else {
                 throw damaged("track \(trackID)'s stored peaks are invalid")
             }
             return peaks
         }
+    }
+
+    /// The last frame a stored peak or posting of a track of `duration` s can have (a damaged duration is clamped).
+    private func lastStoredFrame(duration: Double) -> Int {
+        configuration.lastFrame(duration: min(max(0, duration), Signature.maximumDuration))
     }
 
     /// Decodes a peak blob (see ``encodePeaks(_:configuration:)``); nil unless it ends on a whole peak, every
@@ -792,7 +800,7 @@ public final class Catalog {
         while try t.step() {
             let duration = t.double(1)
             if !(duration >= 0 && duration <= Signature.maximumDuration) { problem("track \(t.int64(0)): invalid duration \(duration)") }
-            lastFrames[t.int64(0)] = configuration.lastFrame(duration: min(max(0, duration), Signature.maximumDuration))
+            lastFrames[t.int64(0)] = lastStoredFrame(duration: duration)
             landmarkCounts[t.int64(0)] = Int(t.int64(2))
         }
         var withPeaks = Set<Int64>()
@@ -809,11 +817,10 @@ public final class Catalog {
 
         var postings: [Int64: Int] = [:]
         var badTracks = Set<Int64>(), lateFrames = Set<Int64>()
-        let buckets = 1 << (Landmarks.hashBits - Int(Catalog.lowBits))
         let q = try db.prepare("SELECT bucket, data FROM postings")
         while try q.step() {
             let bucket = q.int64(0)
-            guard bucket >= 0, bucket < buckets else { problem("hash index: invalid bucket \(bucket)"); continue }
+            guard bucket >= 0, bucket < Catalog.bucketCount else { problem("hash index: invalid bucket \(bucket)"); continue }
             let whole = q.withBlob(1) { raw in
                 Catalog.decodePostings(bucket: UInt32(bucket), raw) { _, track, frame in
                     guard let last = lastFrames[track] else { badTracks.insert(track); return }

@@ -42,16 +42,12 @@ struct CatalogMergeCommand: AsyncParsableCommand {
             let into = try Catalog(path: options.catalogPath, create: true, busyTimeout: options.lockTimeout)
 
             let bar = ProgressBar(enabled: stderrIsTerminal && !options.json)
-            let clock = ContinuousClock(), start = clock.now
             var audio = 0.0
             let merged = try into.merge(from: from) { done, total, sourceTrack, result in
                 audio += sourceTrack.duration
-                let elapsed = clock.now - start
                 let line = MergeResultJSON(sourceId: sourceTrack.id, result: result)
                 if !options.json { bar.printLine(line.humanLine) }
-                bar.update(done: done, total: total, audioSeconds: audio,
-                           elapsed: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) * 1e-18,
-                           current: sourceTrack.title ?? "#\(sourceTrack.id)")
+                bar.update(done: done, total: total, audioSeconds: audio, current: sourceTrack.title ?? "#\(sourceTrack.id)")
             }
             bar.finish()
             let results = merged.map { MergeResultJSON(sourceId: $0.source.id, result: $0.result) }

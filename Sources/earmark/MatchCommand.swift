@@ -83,12 +83,8 @@ struct MatchCommand: AsyncParsableCommand {
                 let report: ClipReport
                 do {
                     let bar = ProgressBar(enabled: stderrIsTerminal)
-                    let clock = ContinuousClock(), started = clock.now
                     let (result, loudness, sound) = try recognizer.matchAnalyzing(path: clip, sound: soundModel) { done, total in
-                        let elapsed = clock.now - started
-                        bar.update(done: Int(done), total: Int(total.rounded(.up)), audioSeconds: done,
-                                   elapsed: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) * 1e-18,
-                                   current: clip)
+                        bar.update(done: Int(done), total: Int(total.rounded(.up)), audioSeconds: done, current: clip)
                     }
                     bar.finish()
                     var r = ClipReport(path: clip, result: result, loudness: loudness, sound: sound)

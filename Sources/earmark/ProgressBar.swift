@@ -8,6 +8,7 @@ final class ProgressBar: @unchecked Sendable {
     private let lock = NSLock()
     private var lastDraw: ContinuousClock.Instant?
     private var visible = false
+    private let started = ContinuousClock.now
 
     init(enabled: Bool) {
         self.enabled = enabled
@@ -15,6 +16,14 @@ final class ProgressBar: @unchecked Sendable {
 
     func update(_ p: IngestProgress) {
         update(done: p.done, total: p.total, audioSeconds: p.audioSeconds, elapsed: p.elapsed, current: p.current)
+    }
+
+    /// `done` of `total` items, `audioSeconds` of audio so far, working on `current`; the speed is taken over
+    /// the time since the bar was made.
+    func update(done: Int, total: Int, audioSeconds: Double, current: String) {
+        let t = ContinuousClock.now - started
+        update(done: done, total: total, audioSeconds: audioSeconds,
+               elapsed: Double(t.components.seconds) + Double(t.components.attoseconds) * 1e-18, current: current)
     }
 
     /// `done` of `total` items, `audioSeconds` of audio in `elapsed` seconds, working on `current`.
