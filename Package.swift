@@ -33,6 +33,8 @@ let package = Package(
         .target(name: "EarmarkSignature", dependencies: ["EarmarkDSP"]),
         .target(name: "EarmarkCatalog", dependencies: ["CSQLite3", "EarmarkSignature"]),
         .target(name: "EarmarkMatching", dependencies: ["EarmarkSignature", "EarmarkCatalog"]),
+        // Synthetic tracks grown from real signatures, for benchmarks of catalogs larger than the music at hand.
+        .target(name: "EarmarkSynthetic", dependencies: ["EarmarkSignature"]),
         .target(name: "EarmarkStreaming", dependencies: ["EarmarkAudio", "EarmarkMatching"]),
         .target(name: "EarmarkAnalysis", dependencies: ["CEBUR128", "EarmarkAudio", "EarmarkDSP"]),
         // The instrument head (tools/train-instrument-head.sh) ships as a resource; InstrumentHead finds the bundle itself.
@@ -56,6 +58,7 @@ let package = Package(
         .testTarget(name: "EarmarkSignatureTests", dependencies: ["EarmarkSignature", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkCatalogTests", dependencies: ["EarmarkCatalog", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkMatchingTests", dependencies: ["EarmarkMatching", "EarmarkTestSupport"]),
+        .testTarget(name: "EarmarkSyntheticTests", dependencies: ["EarmarkSynthetic", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkAnalysisTests", dependencies: ["EarmarkAnalysis", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkClassificationTests", dependencies: ["EarmarkClassification", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkStreamingTests", dependencies: ["EarmarkStreaming", "EarmarkTestSupport"]),

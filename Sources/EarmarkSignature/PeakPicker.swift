@@ -149,18 +149,10 @@ final class PeakPicker {
         var lo = 0
         candidates.withUnsafeBufferPointer { c in
             while firstUnranked < c.count, Int(c[firstUnranked].frame) <= limit {
-                let cand = c[firstUnranked]
-                let f = Int(cand.frame)
-                while Int(c[lo].frame) < f - radius { lo += 1 }
                 // Only ranks below the cap are kept, so counting stops there.
-                var stronger = 0
-                var j = lo
-                while j < c.count, Int(c[j].frame) <= f + radius, stronger < cap {
-                    if c[j].level > cand.level { stronger += 1 }
-                    j += 1
-                }
+                let stronger = PeakRanking.strongerCount(of: firstUnranked, in: c, windowStart: &lo, radius: radius, cap: cap)
                 if stronger < cap {
-                    var p = cand
+                    var p = c[firstUnranked]
                     p.rank = UInt16(stronger)
                     peaks.append(p)
                 }
