@@ -34,15 +34,15 @@ export EARMARK_CATALOG=$tmp/cat.earcat
 "$earmark" catalog export "$tmp/export.earcat" >/dev/null
 sqlite3 "$tmp/export.earcat" "PRAGMA journal_mode=DELETE; PRAGMA page_size=512; VACUUM;" >/dev/null
 cp "$tmp/export.earcat" "$d/two-tracks-512.earcat"
-rm -f "$EARMARK_CATALOG"*
-"$earmark" catalog add "$tmp/silence.wav" >/dev/null         # a track without landmarks
-"$earmark" catalog export "$tmp/silent.earcat" >/dev/null
+rm -rf "$EARMARK_CATALOG"*
+"$earmark" catalog add "$tmp/t2.wav" >/dev/null
+"$earmark" catalog export "$tmp/one.earcat" >/dev/null        # one track, its landmarks pending
 "$earmark" catalog remove 1 >/dev/null                       # no track left
 "$earmark" catalog export "$tmp/empty.earcat" >/dev/null
-for name in silent empty; do
+for name in one empty; do
   sqlite3 "$tmp/$name.earcat" "PRAGMA journal_mode=DELETE; PRAGMA page_size=512; VACUUM;" >/dev/null
 done
-cp "$tmp/silent.earcat" "$d/silent-track-512.earcat"
+cp "$tmp/one.earcat" "$d/one-track-512.earcat"
 cp "$tmp/empty.earcat" "$d/empty-512.earcat"
 unset EARMARK_CATALOG
 

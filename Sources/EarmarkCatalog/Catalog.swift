@@ -2,23 +2,30 @@ import CSQLite3
 import EarmarkSignature
 import Foundation
 
-/// A custom catalog of reference tracks, stored in one SQLite file (WAL mode).
+/// A custom catalog of reference tracks: one SQLite file (WAL mode) with the tracks, their peak
+/// constellations and analyses, and, once it holds more than ``inFilePostings`` landmarks (about 7 hours
+/// of audio), beside it the hash index: a folder of immutable segment files (`NAME.earcat-index/`, see
+/// ``PostingIndex``).
 ///
-/// The hash index is an inverted file: the 21-bit landmark hash space is split into 2¹⁸
-/// buckets (the hash's top 18 bits); each bucket is one row whose blob lists, for every posting,
-/// the track id and `frame << 3 | low 3 hash bits` as varints. Adding a track appends to the blobs
-/// of the buckets it touches, in one transaction.
+/// Adding a track writes it and its landmarks (as a pending row) in one SQLite transaction. Pending
+/// landmarks move into a new index segment when a writer flushes (``flushIndex()``): when it has added
+/// ``flushPostings`` of them, and when it closes with more than ``inFilePostings`` pending. So a small
+/// catalog is one file, and a writer that stops early loses nothing: the next flush picks its pending
+/// rows up. Readers see pending tracks through the pending rows, which they hold in memory.
 ///
 /// An instance owns one connection and is not thread-safe; open one per task. Several processes
 /// may use one file: readers never block, writers wait for the lock up to `busyTimeout`.
 public final class Catalog {
     /// The schema version this build writes; older catalogs are migrated when opened for writing.
-    public static let schemaVersion = 2
+    public static let schemaVersion = 3
     /// `PRAGMA application_id` of Earmark catalogs ("ERMK").
     static let applicationID: Int32 = 0x4552_4D4B
-    static let lowBits: UInt32 = 3
-    /// Rows of the hash index: one per value of a hash's top bits.
-    static let bucketCount = 1 << (Landmarks.hashBits - Int(lowBits))
+    /// Pending postings that make a writer flush them into a segment (and the size of the batches
+    /// ``flushIndex()``, ``export(to:)`` and migration work in). Default 16 million (about 200 MB of memory).
+    public var flushPostings = 16_000_000
+    /// Pending postings a catalog keeps in its file when a writer closes (see ``close()``): below this, a catalog
+    /// is one file and readers load its whole index from it (about 50 ms). Default 1 million (about 7 h of audio).
+    public var inFilePostings = 1_000_000
 
     public let path: String
     public let configuration: SignatureConfiguration
@@ -26,16 +33,14 @@ public final class Catalog {
     /// Schema version of the file as opened (an older catalog opened read-only is not migrated).
     private var schemaOnDisk = Catalog.schemaVersion
     private let busyTimeout: Double
-    /// The hash index copied into memory by ``preloadIndex(maximumBytes:)``: bucket b's blob is
-    /// `data[offsets[b]..<offsets[b + 1]]`, as of `dataVersion`; `stale` once this connection writes postings.
-    private struct MemoryIndex {
-        var offsets: [UInt32]
-        var data: [UInt8]
-        var dataVersion: Int64
-        var maximumBytes: Int
-        var stale = false
-    }
-    private var memoryIndex: MemoryIndex?
+    private let readOnly: Bool
+    /// The segment index, opened at the first lookup or write.
+    private var segmentIndex: PostingIndex?
+    /// Postings this connection added and has not flushed.
+    private var unflushed = 0
+    /// Pending rows (tracks added but not yet in a segment) held in memory for lookups, sorted by key,
+    /// as of the SQLite data version `version`.
+    private var pendingOverlay: (postings: [Posting], version: Int64, tracks: Int)?
 
     /// The catalog used when no `--catalog` is given: `$EARMARK_CATALOG`, else
     /// `$XDG_DATA_HOME/earmark/catalog.earcat`, else `~/.local/share/earmark/catalog.earcat`.
@@ -57,6 +62,7 @@ public final class Catalog {
         self.path = path
         self.configuration = configuration
         self.busyTimeout = max(0, min(busyTimeout, 86_400))
+        self.readOnly = readOnly
         if let scheme = Catalog.urlScheme(path) {
             throw CatalogError(.invalidArgument, "a \(scheme):// URL; this build keeps a catalog in one SQLite file only, so give a file path", path: path)
         }
@@ -135,8 +141,11 @@ public final class Catalog {
             try enableWAL()
         }
         if version < Catalog.schemaVersion {
-            // Later migrations only add optional tables, so an older catalog can still be read as it is.
-            if !readOnly { try migrate(from: version) }
+            if !readOnly { try migrate(from: version) } else if version < 3 {
+                throw CatalogError(.versionMismatch,
+                                   "catalog schema \(version) keeps its hash index inside the file; this build keeps it in segment files beside it. Convert it once with `earmark catalog migrate`",
+                                   path: path)
+            }
         }
         schemaOnDisk = readOnly ? version : Catalog.schemaVersion
         try setPragmas()
@@ -208,6 +217,11 @@ public final class Catalog {
               data TEXT NOT NULL CHECK (json_valid(data)),
               PRIMARY KEY (track_id, kind)) WITHOUT ROWID;
             """),
+            // The hash index moves to segment files beside the catalog (written by migrateIndexOutOfFile);
+            // landmarks of tracks not yet in a segment wait in pending_postings.
+            (3, """
+            CREATE TABLE pending_postings(track_id INTEGER PRIMARY KEY, data BLOB NOT NULL);
+            """),
         ]
         try setPragmas()
         for (target, sql) in migrations where target > version {
@@ -215,6 +229,7 @@ public final class Catalog {
                 // Another process may have migrated while this one waited for the write lock.
                 guard try scalarInt("PRAGMA user_version") < target else { return }
                 try db.execute(sql)
+                if target == 3 { try migrateIndexOutOfFile(fresh: version == 0) }
                 if target == 1 {
                     try db.execute("PRAGMA application_id=\(Catalog.applicationID)")
                     try setInfo("signature_version", String(configuration.version))
@@ -330,7 +345,7 @@ public final class Catalog {
             throw CatalogError(.invalidArgument, "landmark (hash \(l.hash), frame \(l.frame)) does not fit a \(new.duration)-s track", path: path)
         }
         let metaJSON = String(decoding: try JSONEncoder().encode(new.metadata), as: UTF8.self)
-        return try db.writeTransaction {
+        let result: AddResult = try db.writeTransaction {
             if let existing = try track(contentHash: new.contentHash) { return .duplicate(existing) }
             let ins = try db.prepare("""
                 INSERT INTO tracks(title, artist, album, metadata, duration, source_path, source_size, source_mtime,
@@ -351,7 +366,10 @@ public final class Catalog {
             ins.bind(11, Catalog.now())
             try ins.run()
             let id = db.lastInsertRowID
-            try appendPostings(trackID: id, landmarks: unique)
+            let pp = try db.cached("INSERT INTO pending_postings(track_id, data) VALUES (?1, ?2)")
+            pp.bind(1, id)
+            Catalog.encodeLandmarks(unique).withUnsafeBytes { pp.bind(2, blob: $0) }
+            try pp.run()
             let pk = try db.prepare("INSERT INTO track_peaks(track_id, data) VALUES (?1, ?2)")
             pk.bind(1, id)
             Catalog.encodePeaks(peaks, configuration: configuration).withUnsafeBytes { pk.bind(2, blob: $0) }
@@ -360,6 +378,12 @@ public final class Catalog {
             guard let t = try track(id: id) else { throw CatalogError(.ioError, "track vanished", path: path) }
             return .added(t)
         }
+        if case .added(let t) = result {
+            pendingOverlay = nil
+            unflushed += t.landmarkCount + 1
+            if unflushed >= flushPostings { try flushIndex() }
+        }
+        return result
     }
 
     static func uniqueSorted(_ landmarks: [Landmark]) -> [Landmark] {
@@ -373,27 +397,32 @@ public final class Catalog {
         return sorted
     }
 
-    private func appendPostings(trackID: Int64, landmarks: [Landmark]) throws {
-        memoryIndex?.stale = true
-        let upsert = try db.prepare("""
-            INSERT INTO postings(bucket, data) VALUES (?1, ?2)
-            ON CONFLICT(bucket) DO UPDATE SET data = data || excluded.data
-            """)
-        var blob: [UInt8] = []
-        var i = 0
-        while i < landmarks.count {
-            let bucket = landmarks[i].hash >> Catalog.lowBits
-            blob.removeAll(keepingCapacity: true)
-            while i < landmarks.count, landmarks[i].hash >> Catalog.lowBits == bucket {
-                let l = landmarks[i]
-                Varint.append(UInt64(trackID), to: &blob)
-                Varint.append(UInt64(l.frame) << UInt64(Catalog.lowBits) | UInt64(l.hash & 7), to: &blob)
-                i += 1
-            }
-            upsert.bind(1, Int64(bucket))
-            blob.withUnsafeBytes { upsert.bind(2, blob: $0) }
-            try upsert.run()
+    /// A pending row's blob: the landmarks sorted by (hash, frame), each as varint(hash − previous hash) and
+    /// varint(frame).
+    static func encodeLandmarks(_ sorted: [Landmark]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(sorted.count * 4)
+        var last: UInt32 = 0
+        for l in sorted {
+            Varint.append(UInt64(l.hash &- last), to: &out)
+            Varint.append(UInt64(l.frame), to: &out)
+            last = l.hash
         }
+        return out
+    }
+
+    /// Decodes a pending row's blob; nil unless it ends on a whole landmark, hashes ascend within the hash width
+    /// and every frame is at or before `lastFrame`.
+    static func decodeLandmarks(_ raw: UnsafeRawBufferPointer, lastFrame: Int, _ body: (UInt32, UInt32) -> Void) -> Bool {
+        var r = VarintReader(raw)
+        var hash: UInt64 = 0
+        while r.offset < raw.count {
+            guard let d = r.next(), let frame = r.next(), frame <= UInt64(lastFrame) else { return false }
+            hash += d
+            guard hash < 1 << UInt64(Landmarks.hashBits) else { return false }
+            body(UInt32(hash), UInt32(frame))
+        }
+        return true
     }
 
     /// Changes a track's descriptive fields; nil leaves a field as it is. `metadata` adds or replaces keys;
@@ -424,6 +453,7 @@ public final class Catalog {
     /// content hash is already here is not copied (`.duplicate`, with the track it duplicates). Each track is
     /// its own transaction, as with ``add(_:landmarks:peaks:analyses:)``. The source's hash index is read
     /// once per batch of tracks holding up to `batchPostings` postings, which bounds the memory used.
+    /// Ends with ``close()``.
     public func merge(from source: Catalog, batchPostings: Int = 16_000_000,
                       progress: (_ done: Int, _ total: Int, _ sourceTrack: Track, _ result: AddResult) -> Void = { _, _, _, _ in })
         throws -> [(source: Track, result: AddResult)] {
@@ -440,18 +470,7 @@ public final class Catalog {
                 end += 1
             }
             let batch = tracks[start..<end]
-            let wanted = Set(batch.map(\.id))
-            var landmarks: [Int64: [Landmark]] = [:]
-            let scan = try source.db.prepare("SELECT bucket, data FROM postings ORDER BY bucket")
-            while try scan.step() {
-                let bucket = UInt32(truncatingIfNeeded: scan.int64(0))
-                let whole = scan.withBlob(1) { raw in
-                    Catalog.decodePostings(bucket: bucket, raw) { hash, track, frame in
-                        if wanted.contains(track) { landmarks[track, default: []].append(Landmark(hash: hash, frame: frame)) }
-                    }
-                }
-                guard whole else { throw source.damaged("the hash index's bucket \(bucket) is cut short") }
-            }
+            var landmarks = try source.landmarks(ofTracks: Set(batch.map(\.id)))
             for t in batch {
                 let peaks = try source.peaks(trackID: t.id).map { Peak(frame: $0.frame, bin: $0.bin, rank: 0, level: 0) }
                 let stamp = try source.db.cached("SELECT source_size, source_mtime FROM tracks WHERE id = ?1")
@@ -468,6 +487,7 @@ public final class Catalog {
             }
             start = end
         }
+        try close()
         return out
     }
 
@@ -487,7 +507,8 @@ public final class Catalog {
     }
 
     /// Removes tracks and all their postings in one transaction; throws ``CatalogError/Code/noSuchTrack``
-    /// (removing nothing) when any id is unknown.
+    /// (removing nothing) when any id is unknown. Postings already in index segments are skipped by lookups
+    /// from then on and dropped when their segment is next merged (``compact()`` merges them all).
     public func remove(ids: [Int64]) throws {
         let doomed = Set(ids)
         guard !doomed.isEmpty else { return }
@@ -495,47 +516,23 @@ public final class Catalog {
             for id in doomed where try track(id: id) == nil {
                 throw CatalogError(.noSuchTrack, "no track with id \(id)", path: path)
             }
-            memoryIndex?.stale = true
-            let scan = try db.prepare("SELECT bucket, data FROM postings")
-            let update = try db.prepare("UPDATE postings SET data = ?2 WHERE bucket = ?1")
-            let delete = try db.prepare("DELETE FROM postings WHERE bucket = ?1")
-            var changed: [(Int64, [UInt8])] = []
-            while try scan.step() {
-                let bucket = scan.int64(0)
-                scan.withBlob(1) { raw in
-                    var kept: [UInt8] = []
-                    var removedAny = false
-                    var r = VarintReader(raw)
-                    while let track = r.next(), let value = r.next() {
-                        if doomed.contains(Int64(track)) { removedAny = true; continue }
-                        Varint.append(track, to: &kept)
-                        Varint.append(value, to: &kept)
-                    }
-                    if removedAny { changed.append((bucket, kept)) }
+            for table in ["tracks WHERE id", "track_peaks WHERE track_id", "track_analysis WHERE track_id", "pending_postings WHERE track_id"] {
+                let d = try db.prepare("DELETE FROM \(table) = ?1")
+                for id in doomed {
+                    d.bind(1, id)
+                    try d.run()
                 }
-            }
-            for (bucket, kept) in changed {
-                if kept.isEmpty {
-                    delete.bind(1, bucket)
-                    try delete.run()
-                } else {
-                    update.bind(1, bucket)
-                    kept.withUnsafeBytes { update.bind(2, blob: $0) }
-                    try update.run()
-                }
-            }
-            let d = try db.prepare("DELETE FROM tracks WHERE id = ?1")
-            let dp = try db.prepare("DELETE FROM track_peaks WHERE track_id = ?1")
-            let da = try db.prepare("DELETE FROM track_analysis WHERE track_id = ?1")
-            for id in doomed {
-                d.bind(1, id)
-                try d.run()
-                dp.bind(1, id)
-                try dp.run()
-                da.bind(1, id)
-                try da.run()
             }
         }
+        pendingOverlay = nil
+        // Once the tracks are gone from the file, postings left in a segment name tracks that do not exist, which
+        // lookups skip anyway; the removed list only saves them the work (and a stop here loses nothing).
+        let index = try self.index()
+        let covered = doomed.compactMap { UInt32(exactly: $0) }.filter(index.covers)
+        guard !covered.isEmpty else { return }
+        try index.acquireLock(timeout: busyTimeout)
+        defer { index.releaseLock() }
+        try index.markRemoved(covered)
     }
 
     // MARK: Analysis
@@ -569,119 +566,276 @@ public final class Catalog {
         return out
     }
 
-    // MARK: Lookup
+    // MARK: Hash index
 
-    /// Calls `body(hash, trackID, frame)` for every stored posting in the buckets of `hashes`
-    /// (hashes sharing their top 18 bits); the caller filters the exact hash.
+    /// The landmark design this catalog's index keys come from; an index of another design is refused.
+    var keyDesign: String { "sig\(configuration.version)-\(Landmarks.keyDesign)" }
+
+    /// The segment index, opened (and its manifest re-read when another process changed it). A connection
+    /// that can write first indexes pending rows that no writer is about to flush (a writer that stopped
+    /// early); any connection refuses an index that lacks tracks the file holds.
+    private func index() throws -> PostingIndex {
+        if let i = segmentIndex {
+            try i.refresh()
+            return i
+        }
+        guard let id = try info("index_id") else { throw damaged("the catalog has no index id") }
+        let i = try PostingIndex(folder: PostingIndex.folder(forCatalog: path), catalogID: id, keys: keyDesign)
+        segmentIndex = i
+        let total = try scalarInt("SELECT count(*) FROM tracks")
+        let pending = try scalarInt("SELECT count(*) FROM pending_postings")
+        var covered = 0
+        for r in i.manifest.covered where r.count == 2 {
+            covered += try scalarInt("SELECT count(*) FROM tracks WHERE id BETWEEN \(r[0]) AND \(r[1])")
+        }
+        if total - covered > pending {
+            throw CatalogError(.damaged, "the hash index \(URL(fileURLWithPath: i.folder).lastPathComponent) lacks \(total - covered - pending) of the catalog's \(total) tracks (deleted, or from another copy of the catalog): restore it beside the catalog file, or rebuild the catalog; `earmark catalog check` lists them", path: path)
+        }
+        return i
+    }
+
+    /// Moves the landmarks of tracks added but not yet indexed (pending rows: this connection's, another's, or
+    /// those of a writer that stopped early) into new index segments, then merges segments of similar size.
+    /// ``add(_:landmarks:peaks:analyses:)`` calls it every ``flushPostings`` postings and ``close()`` with
+    /// `ifLargerThanFile`: then only when more than ``inFilePostings`` landmarks are pending.
+    public func flushIndex(ifLargerThanFile: Bool = false) throws {
+        guard !readOnly else { return }
+        if ifLargerThanFile {
+            let pending = try scalarInt("SELECT coalesce(sum(t.landmark_count), 0) FROM pending_postings p JOIN tracks t ON t.id = p.track_id")
+            guard pending > inFilePostings else { return }
+        }
+        let index = try self.index()
+        try index.acquireLock(timeout: busyTimeout)
+        defer { index.releaseLock() }
+        let live = try liveTracks()
+        let select = try db.prepare("""
+            SELECT p.track_id, p.data, t.duration FROM pending_postings p LEFT JOIN tracks t ON t.id = p.track_id
+            WHERE p.track_id > ?1 ORDER BY p.track_id
+            """)
+        var after: Int64 = 0
+        while true {
+            // One batch of rows, ending at a track boundary.
+            var postings: [Posting] = []
+            var ids: [UInt32] = []
+            var last: Int64 = after
+            select.bind(1, after)
+            while postings.count < flushPostings, try select.step() {
+                let id = select.int64(0)
+                last = id
+                guard let tid = UInt32(exactly: id), !select.isNull(2), !index.covers(tid) else { continue }
+                let lastFrame = lastStoredFrame(duration: select.double(2))
+                let whole = select.withBlob(1) { raw in
+                    Catalog.decodeLandmarks(raw, lastFrame: lastFrame) { postings.append(Posting(key: $0, track: tid, frame: $1)) }
+                }
+                guard whole else { throw damaged("track \(id)'s pending landmarks are invalid") }
+                ids.append(tid)
+            }
+            select.reset()
+            guard last > after else { break }
+            try index.addSegment(&postings, tracks: ids, live: { Catalog.contains(live, $0) })
+            let delete = try db.prepare("DELETE FROM pending_postings WHERE track_id > ?1 AND track_id <= ?2")
+            delete.bind(1, after)
+            delete.bind(2, last)
+            try db.writeTransaction { try delete.run() }
+            after = last
+        }
+        unflushed = 0
+        pendingOverlay = nil
+    }
+
+    /// Ends a connection's writing: when more than ``inFilePostings`` landmarks are pending, they move into an
+    /// index segment (``flushIndex()``). Errors here lose nothing: the landmarks stay pending in the file, and
+    /// the next writer indexes them.
+    public func close() throws {
+        guard !readOnly, unflushed > 0 else { return }
+        unflushed = 0
+        try flushIndex(ifLargerThanFile: true)
+    }
+
+    deinit { try? close() }
+
+    /// The ids of the catalog's tracks, as a bitmap.
+    private func liveTracks() throws -> [UInt64] {
+        var bits: [UInt64] = []
+        let s = try db.prepare("SELECT id FROM tracks")
+        while try s.step() {
+            guard let id = UInt32(exactly: s.int64(0)) else { continue }
+            let w = Int(id >> 6)
+            if w >= bits.count { bits += [UInt64](repeating: 0, count: w + 1 - bits.count) }
+            bits[w] |= 1 << UInt64(id & 63)
+        }
+        return bits
+    }
+
+    static func contains(_ bits: [UInt64], _ id: UInt32) -> Bool {
+        let w = Int(id >> 6)
+        return w < bits.count && bits[w] & (1 << UInt64(id & 63)) != 0
+    }
+
+    /// Schema 3: the postings of a schema-2 catalog go into segments (in the migration's transaction, so a
+    /// failure leaves the file as it was; the half-built index folder is removed first).
+    private func migrateIndexOutOfFile(fresh: Bool) throws {
+        let folder = PostingIndex.folder(forCatalog: path)
+        PostingIndex.removeFolder(folder)
+        let id = UUID().uuidString.lowercased()
+        try setInfo("index_id", id)
+        guard !fresh else { return }
+        if try scalarInt("SELECT coalesce(sum(landmark_count), 0) FROM tracks") <= inFilePostings {
+            try migratePostingsToPendingRows()
+        } else {
+            try migratePostingsToSegments(folder: folder, id: id)
+        }
+        try db.execute("DROP TABLE postings")
+    }
+
+    /// A schema-2 catalog's postings as decoded postings of live tracks, bucket by bucket; `body` may return
+    /// false to stop.
+    private func scanSchema2Postings(_ body: (Posting) throws -> Void) throws {
+        var lastFrames: [Int64: Int] = [:]
+        let t = try db.prepare("SELECT id, duration FROM tracks")
+        while try t.step() { lastFrames[t.int64(0)] = lastStoredFrame(duration: t.double(1)) }
+        let scan = try db.prepare("SELECT bucket, data FROM postings ORDER BY bucket")
+        while try scan.step() {
+            let bucket = scan.int64(0)
+            guard bucket >= 0, bucket < 1 << 18 else { throw damaged("the hash index holds an invalid bucket \(bucket)") }
+            var batch: [Posting] = []
+            let whole = scan.withBlob(1) { raw -> Bool in
+                var r = VarintReader(raw)
+                while r.offset < raw.count {
+                    guard let track = r.next(), let value = r.next() else { return false }
+                    // Postings of tracks that are gone (or damaged ones) are not carried over.
+                    guard let last = lastFrames[Int64(truncatingIfNeeded: track)], value >> 3 <= UInt64(last) else { continue }
+                    batch.append(Posting(key: UInt32(bucket) << 3 | UInt32(value & 7), track: UInt32(track), frame: UInt32(value >> 3)))
+                }
+                return true
+            }
+            guard whole else { throw damaged("the hash index's bucket \(bucket) is cut short") }
+            for p in batch { try body(p) }
+        }
+    }
+
+    private func migratePostingsToPendingRows() throws {
+        var byTrack: [UInt32: [Landmark]] = [:]
+        try scanSchema2Postings { byTrack[$0.track, default: []].append(Landmark(hash: $0.key, frame: $0.frame)) }
+        let ins = try db.prepare("INSERT INTO pending_postings(track_id, data) VALUES (?1, ?2)")
+        let ids = try db.prepare("SELECT id FROM tracks")
+        while try ids.step() {
+            let id = ids.int64(0)
+            ins.bind(1, id)
+            Catalog.encodeLandmarks(Catalog.uniqueSorted(UInt32(exactly: id).flatMap { byTrack[$0] } ?? [])).withUnsafeBytes { ins.bind(2, blob: $0) }
+            try ins.run()
+        }
+    }
+
+    private func migratePostingsToSegments(folder: String, id: String) throws {
+        let index = try PostingIndex(folder: folder, catalogID: id, keys: keyDesign)
+        try index.acquireLock(timeout: busyTimeout)
+        defer { index.releaseLock() }
+        let live = try liveTracks()
+        var ids: [UInt32] = []
+        let t = try db.prepare("SELECT id FROM tracks")
+        while try t.step() { if let id = UInt32(exactly: t.int64(0)) { ids.append(id) } }
+        var postings: [Posting] = []
+        try scanSchema2Postings { p in
+            postings.append(p)
+            if postings.count >= flushPostings {
+                try index.addSegment(&postings, tracks: ids, live: { Catalog.contains(live, $0) })
+                postings = []
+                ids = []
+            }
+        }
+        try index.addSegment(&postings, tracks: ids, live: { Catalog.contains(live, $0) })
+    }
+
+    /// Calls `body(hash, trackID, frame)` for every posting of each of `hashes` (distinct hashes): from the
+    /// index segments, and from tracks still pending.
     public func lookup(hashes: [UInt32], _ body: (UInt32, Int64, UInt32) -> Void) throws {
         guard !hashes.isEmpty else { return }
-        var buckets = hashes.map { $0 >> Catalog.lowBits }
-        buckets.sort()
-        if let index = try currentMemoryIndex() {
-            try index.data.withUnsafeBytes { data in
-                var last = UInt32.max
-                for b in buckets where b != last {
-                    last = b
-                    guard Int(b) + 1 < index.offsets.count else { continue }
-                    let lo = Int(index.offsets[Int(b)]), hi = Int(index.offsets[Int(b) + 1])
-                    guard hi > lo else { continue }
-                    guard Catalog.decodePostings(bucket: b, UnsafeRawBufferPointer(rebasing: data[lo..<hi]), body) else {
-                        throw damaged("the hash index's bucket \(b) is cut short")
-                    }
-                }
+        let index = try self.index()
+        try index.lookup(keys: hashes) { key, track, frame in body(key, Int64(track), frame) }
+        let pending = try currentPendingOverlay(index)
+        guard !pending.isEmpty else { return }
+        for h in hashes {
+            var lo = 0, hi = pending.count
+            while lo < hi {
+                let mid = (lo + hi) >> 1
+                if pending[mid].key < h { lo = mid + 1 } else { hi = mid }
             }
-            return
-        }
-        let s = try db.cached("SELECT bucket, data FROM postings WHERE bucket IN (SELECT value FROM json_each(?1))")
-        var json = ""
-        json.reserveCapacity(buckets.count * 8)
-        var start = 0
-        while start < buckets.count {
-            json = "["
-            var n = 0
-            var last = UInt32.max
-            while start < buckets.count, n < 4000 {
-                let b = buckets[start]
-                start += 1
-                if b == last { continue }
-                if n > 0 { json += "," }
-                json += String(b)
-                last = b
-                n += 1
-            }
-            json += "]"
-            s.reset()
-            s.bind(1, json)
-            defer { s.reset() }
-            while try s.step() {
-                let bucket = UInt32(truncatingIfNeeded: s.int64(0))
-                guard s.withBlob(1, { Catalog.decodePostings(bucket: bucket, $0, body) }) else {
-                    throw damaged("the hash index's bucket \(bucket) is cut short")
-                }
+            while lo < pending.count, pending[lo].key == h {
+                body(h, Int64(pending[lo].track), pending[lo].frame)
+                lo += 1
             }
         }
     }
 
-    /// Calls `body` for each posting of one bucket's blob; false when the blob ends inside a posting.
-    /// Stored values are taken modulo their field's width, so damaged bytes can name a track or frame that
-    /// does not exist but cannot trap; the caller finds no such track.
-    @inline(__always)
-    private static func decodePostings(bucket: UInt32, _ raw: UnsafeRawBufferPointer, _ body: (UInt32, Int64, UInt32) -> Void) -> Bool {
-        var r = VarintReader(raw)
-        while r.offset < raw.count {
-            guard let track = r.next(), let value = r.next() else { return false }
-            body(bucket << Catalog.lowBits | UInt32(value & 7), Int64(truncatingIfNeeded: track), UInt32(truncatingIfNeeded: value >> 3))
+    /// Most pending postings a connection holds in memory for lookups.
+    static let pendingOverlayLimit = 64_000_000
+
+    /// The postings of pending rows not yet in a segment, sorted by key; reloaded when the file changed.
+    private func currentPendingOverlay(_ index: PostingIndex) throws -> [Posting] {
+        let version = try dataVersion()
+        if let o = pendingOverlay, o.version == version { return o.postings }
+        var postings: [Posting] = []
+        let s = try db.prepare("""
+            SELECT p.track_id, p.data, t.duration FROM pending_postings p JOIN tracks t ON t.id = p.track_id ORDER BY p.track_id
+            """)
+        var tracks = 0
+        while try s.step() {
+            guard let tid = UInt32(exactly: s.int64(0)), !index.covers(tid) else { continue }
+            let lastFrame = lastStoredFrame(duration: s.double(2))
+            let whole = s.withBlob(1) { raw in
+                Catalog.decodeLandmarks(raw, lastFrame: lastFrame) { postings.append(Posting(key: $0, track: tid, frame: $1)) }
+            }
+            guard whole else { throw damaged("track \(tid)'s pending landmarks are invalid") }
+            tracks += 1
+            guard postings.count <= Catalog.pendingOverlayLimit else {
+                throw CatalogError(.invalidArgument, "\(tracks)+ tracks of this catalog are not in its hash index yet (an exported copy?); open it for writing once to index them: `earmark catalog migrate`", path: path)
+            }
         }
-        return true
+        PostingIndex.radixSort(&postings) { $0.key }
+        pendingOverlay = (postings, version, tracks)
+        return postings
+    }
+
+    /// The landmarks of the tracks with ids in `ids`, read from the index segments and pending rows.
+    func landmarks(ofTracks ids: Set<Int64>) throws -> [Int64: [Landmark]] {
+        var out: [Int64: [Landmark]] = [:]
+        guard !ids.isEmpty else { return out }
+        let index = try self.index()
+        for segment in index.segments {
+            try segment.forEach { p in
+                let t = Int64(p.track)
+                if ids.contains(t), !index.isRemoved(p.track) { out[t, default: []].append(Landmark(hash: p.key, frame: p.frame)) }
+            }
+        }
+        let s = try db.prepare("SELECT p.track_id, p.data, t.duration FROM pending_postings p JOIN tracks t ON t.id = p.track_id")
+        while try s.step() {
+            let id = s.int64(0)
+            guard ids.contains(id), let tid = UInt32(exactly: id), !index.covers(tid) else { continue }
+            let lastFrame = lastStoredFrame(duration: s.double(2))
+            let whole = s.withBlob(1) { raw in
+                Catalog.decodeLandmarks(raw, lastFrame: lastFrame) { out[id, default: []].append(Landmark(hash: $0, frame: $1)) }
+            }
+            guard whole else { throw damaged("track \(id)'s pending landmarks are invalid") }
+        }
+        return out
+    }
+
+    /// How the hash index is laid out now: segment files, the postings in them, and the postings still pending
+    /// in the catalog file.
+    public func indexLayout() throws -> (segments: Int, postings: Int, pending: Int) {
+        let index = try self.index()
+        var pending = 0
+        let s = try db.prepare("SELECT p.track_id, t.landmark_count FROM pending_postings p JOIN tracks t ON t.id = p.track_id")
+        while try s.step() {
+            if !(UInt32(exactly: s.int64(0)).map(index.covers) ?? false) { pending += Int(s.int64(1)) }
+        }
+        return (index.segments.count, index.postingCount, pending)
     }
 
     /// The error for stored data that cannot be what this build wrote.
     func damaged(_ what: String) -> CatalogError {
         CatalogError(.damaged, "damaged catalog: \(what); run `earmark catalog check`", path: path)
-    }
-
-    /// Copies the hash index into memory, so ``lookup(hashes:_:)`` reads no pages: worth it when one
-    /// connection answers many queries (batch matching, live sessions). The copy costs about as much
-    /// memory as the index takes on disk (about 1 MB per hour of audio); catalogs whose file is larger
-    /// than `maximumBytes` are left on disk and false is returned. Writes through this connection and
-    /// commits by other connections (seen through `PRAGMA data_version`) make the next lookup reload it.
-    @discardableResult
-    public func preloadIndex(maximumBytes: Int = 512 << 20) throws -> Bool {
-        let bytes = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? Int.max
-        guard bytes <= maximumBytes else {
-            memoryIndex = nil
-            return false
-        }
-        let version = try dataVersion()
-        let count = Catalog.bucketCount
-        var offsets = [UInt32](repeating: 0, count: count + 1)
-        var data: [UInt8] = []
-        data.reserveCapacity(bytes)
-        let s = try db.prepare("SELECT bucket, data FROM postings ORDER BY bucket")
-        var next = 0
-        while try s.step() {
-            let bucket = Int(s.int64(0))
-            guard bucket >= 0, bucket < count, bucket >= next else {
-                throw CatalogError(.damaged, "hash index holds an invalid bucket \(bucket)", path: path)
-            }
-            while next <= bucket { offsets[next] = UInt32(data.count); next += 1 }
-            s.withBlob(1) { data.append(contentsOf: $0) }
-            guard data.count < Int(UInt32.max) else { memoryIndex = nil; return false }
-        }
-        while next <= count { offsets[next] = UInt32(data.count); next += 1 }
-        memoryIndex = MemoryIndex(offsets: offsets, data: data, dataVersion: version, maximumBytes: maximumBytes)
-        return true
-    }
-
-    /// The in-memory index, reloaded when stale; nil when none was preloaded.
-    private func currentMemoryIndex() throws -> MemoryIndex? {
-        guard let index = memoryIndex else { return nil }
-        let version = try dataVersion()
-        if index.stale || version != index.dataVersion {
-            memoryIndex = nil
-            guard try preloadIndex(maximumBytes: index.maximumBytes) else { return nil }
-        }
-        return memoryIndex
     }
 
     /// Changes whenever another connection commits to the file.
@@ -755,7 +909,7 @@ public final class Catalog {
         _ = try s.step()
         let pages = try scalarInt("PRAGMA page_count"), pageSize = try scalarInt("PRAGMA page_size")
         let free = try scalarInt("PRAGMA freelist_count")
-        let bytes = Int64((pages - free) * pageSize)
+        let bytes = Int64((pages - free) * pageSize) + Catalog.folderBytes(PostingIndex.folder(forCatalog: path))
         let hours = s.double(1) / 3600
         return CatalogStats(path: path, schemaVersion: try scalarInt("PRAGMA user_version"),
                             signatureVersion: Int(configuration.version), trackCount: Int(s.int64(0)),
@@ -763,7 +917,17 @@ public final class Catalog {
                             bytesPerHour: hours > 0 ? Double(bytes) / hours : 0)
     }
 
-    /// Writes a compact, self-contained copy of the catalog to `destination` (which must not exist).
+    /// Bytes of the files in `folder` (0 when there is none).
+    static func folderBytes(_ folder: String) -> Int64 {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
+        return names.reduce(0) { sum, name in
+            sum + Int64((try? FileManager.default.attributesOfItem(atPath: folder + "/" + name)[.size] as? Int) ?? 0)
+        }
+    }
+
+    /// Writes a compact, self-contained copy of the catalog to `destination` (which must not exist): one SQLite
+    /// file in which every track's landmarks are pending rows, so it needs no index folder. The first connection
+    /// that opens it for writing indexes them.
     public func export(to destination: String) throws {
         guard !FileManager.default.fileExists(atPath: destination) else {
             throw CatalogError(.invalidArgument, "\(destination) already exists", path: path)
@@ -771,11 +935,49 @@ public final class Catalog {
         let s = try db.prepare("VACUUM INTO ?1")
         s.bind(1, destination)
         try s.run()
+        do {
+            let out = try SQLiteConnection(path: destination, readOnly: false, create: false, busyTimeoutMs: 1000, immutable: false)
+            // A fresh index for the copy: it must not adopt this catalog's folder by name.
+            try out.execute("UPDATE catalog_info SET value = '\(UUID().uuidString.lowercased())' WHERE key = 'index_id'")
+            // Tracks in batches of about `flushPostings` landmarks, each batch one read of the segments.
+            var batch: [Int64] = []
+            var budget = 0
+            func write() throws {
+                let landmarks = try self.landmarks(ofTracks: Set(batch))
+                try out.writeTransaction {
+                    let ins = try out.prepare("INSERT OR REPLACE INTO pending_postings(track_id, data) VALUES (?1, ?2)")
+                    for id in batch {
+                        ins.bind(1, id)
+                        Catalog.encodeLandmarks(Catalog.uniqueSorted(landmarks[id] ?? [])).withUnsafeBytes { ins.bind(2, blob: $0) }
+                        try ins.run()
+                    }
+                }
+                batch = []
+                budget = 0
+            }
+            let t = try db.prepare("SELECT id, landmark_count FROM tracks ORDER BY id")
+            while try t.step() {
+                batch.append(t.int64(0))
+                budget += Int(t.int64(1))
+                if budget >= flushPostings { try write() }
+            }
+            if !batch.isEmpty { try write() }
+        } catch {
+            for suffix in ["", "-wal", "-shm"] { unlink(destination + suffix) }
+            throw error
+        }
     }
 
-    /// Rewrites the file without free pages (after large removals or many adds).
+    /// Rewrites the file without free pages and merges the index into one segment, dropping the postings of
+    /// removed tracks (after large removals or many adds).
     public func compact() throws {
+        try flushIndex(ifLargerThanFile: true)
         try db.execute("VACUUM")
+        let index = try self.index()
+        try index.acquireLock(timeout: busyTimeout)
+        defer { index.releaseLock() }
+        let live = try liveTracks()
+        try index.mergeAll(live: { Catalog.contains(live, $0) })
     }
 
     /// Runs SQLite's integrity check, then checks what SQLite sees as opaque bytes: every track's stored
@@ -817,18 +1019,46 @@ public final class Catalog {
 
         var postings: [Int64: Int] = [:]
         var badTracks = Set<Int64>(), lateFrames = Set<Int64>()
-        let q = try db.prepare("SELECT bucket, data FROM postings")
-        while try q.step() {
-            let bucket = q.int64(0)
-            guard bucket >= 0, bucket < Catalog.bucketCount else { problem("hash index: invalid bucket \(bucket)"); continue }
-            let whole = q.withBlob(1) { raw in
-                Catalog.decodePostings(bucket: UInt32(bucket), raw) { _, track, frame in
-                    guard let last = lastFrames[track] else { badTracks.insert(track); return }
-                    postings[track, default: 0] += 1
-                    if Int(frame) > last { lateFrames.insert(track) }
-                }
+        let index: PostingIndex
+        do {
+            if let i = segmentIndex { try i.refresh(); index = i } else {
+                guard let id = try info("index_id") else { problem("the catalog has no index id"); return out }
+                index = try PostingIndex(folder: PostingIndex.folder(forCatalog: path), catalogID: id, keys: keyDesign)
             }
-            if !whole { problem("hash index: bucket \(bucket) is cut short") }
+        } catch let e as CatalogError {
+            problem(e.message)
+            return out
+        }
+        for segment in index.segments {
+            do {
+                try segment.forEach { p in
+                    let track = Int64(p.track)
+                    guard let last = lastFrames[track] else {
+                        if !index.isRemoved(p.track) { badTracks.insert(track) }
+                        return
+                    }
+                    postings[track, default: 0] += 1
+                    if Int(p.frame) > last { lateFrames.insert(track) }
+                }
+            } catch let e as CatalogError {
+                problem(e.message)
+            }
+        }
+        var pending = Set<Int64>()
+        let q = try db.prepare("SELECT track_id, data FROM pending_postings")
+        while try q.step() {
+            let id = q.int64(0)
+            guard let last = lastFrames[id] else { problem("pending landmarks of track \(id), which does not exist"); continue }
+            guard let tid = UInt32(exactly: id), !index.covers(tid) else { continue }
+            pending.insert(id)
+            var n = 0
+            if !q.withBlob(1, { Catalog.decodeLandmarks($0, lastFrame: last) { _, _ in n += 1 } }) {
+                problem("track \(id): pending landmarks are invalid (cut short, out of order or past its end)")
+            }
+            postings[id, default: 0] += n
+        }
+        for id in lastFrames.keys.sorted() where !pending.contains(id) && !(UInt32(exactly: id).map(index.covers) ?? false) {
+            problem("track \(id) is not in the hash index (its segment is missing)")
         }
         for id in badTracks.sorted() { problem("hash index: postings of track \(id), which does not exist") }
         for id in lateFrames.sorted() { problem("hash index: postings of track \(id) past the track's end") }

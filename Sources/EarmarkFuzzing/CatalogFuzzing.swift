@@ -1,10 +1,11 @@
 import CSQLite3
 import EarmarkCatalog
+import EarmarkSignature
 import Foundation
 
 /// Catalog exports: the bytes are written to a file and opened as `catalog import` opens one
 /// (read-only), integrity-checked, then every reader runs: tracks, analyses, peaks, statistics,
-/// and hash lookups in the buckets the file has, from disk and from the preloaded index.
+/// and hash lookups, which decode the file's pending landmarks.
 enum CatalogFuzzing {
     /// Where the files go: shared memory when there is some.
     static let folder = FileManager.default.fileExists(atPath: "/dev/shm") ? "/dev/shm" : NSTemporaryDirectory()
@@ -26,17 +27,11 @@ enum CatalogFuzzing {
             _ = try? catalog.peaks(trackID: id)
             _ = try? catalog.analyses(trackID: id)
         }
-        // Hashes in every bucket the file stores (bucket = hash >> 3), plus a few it may not.
-        var hashes: [UInt32] = [0, 1 << 20, (1 << 21) - 1]
-        for bucket in column(path, "SELECT bucket FROM postings LIMIT 64") {
-            let b = UInt32(truncatingIfNeeded: bucket)
-            hashes += [b << 3, b << 3 | 7]
-        }
+        // Hashes spread over the whole hash space.
+        let shift = UInt32(Landmarks.hashBits - 8)
+        let hashes: [UInt32] = (0..<256).map { (i: UInt32) -> UInt32 in i << shift | (i & 7) }
         var postings = 0
         try? catalog.lookup(hashes: hashes) { _, _, _ in postings += 1 }
-        if (try? catalog.preloadIndex(maximumBytes: 1 << 20)) == true {
-            try? catalog.lookup(hashes: hashes) { _, _, _ in postings += 1 }
-        }
     }
 
     /// The first column of `sql` over the file, read with SQLite directly (empty on any error).
@@ -54,5 +49,6 @@ enum CatalogFuzzing {
 
     static func removeFiles(_ path: String) {
         for suffix in ["", "-wal", "-shm", "-journal"] { unlink(path + suffix) }
+        try? FileManager.default.removeItem(atPath: path + "-index")
     }
 }

@@ -131,6 +131,8 @@ public struct Ingestor: Sendable {
                 }
             }
         }
+        // Into the index, so that other processes see the new tracks.
+        try catalog.close()
         return outcomes.map { $0! }
     }
 

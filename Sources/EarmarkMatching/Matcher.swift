@@ -179,10 +179,6 @@ public final class Matcher {
     }()
     /// Decoded reference peaks of the candidates of the current query (all its skew trials).
     private var peakCache: [Int64: PeakIndex] = [:]
-    /// When true (the default), the second query copies the catalog's hash index into memory (see
-    /// ``Catalog/preloadIndex(maximumBytes:)``): a one-off cost that later queries repay many times over.
-    public var preloadsIndex = true
-    private var queries = 0
 
     public init(catalog: Catalog, options: MatchOptions = .default) {
         self.catalog = catalog
@@ -194,8 +190,6 @@ public final class Matcher {
 
     public func match(_ signature: Signature) throws -> MatchResult {
         try signature.validateForMatching(configuration: configuration)
-        queries += 1
-        if preloadsIndex, queries == 2 { try catalog.preloadIndex() }
         // Stored peaks do not depend on the skew, so one decode per track serves every trial.
         peakCache.removeAll(keepingCapacity: true)
         var plain = try matchOnce(signature, trials: 1)

@@ -27,6 +27,8 @@ public enum LandmarkRole: Sendable {
 public enum Landmarks {
     /// Bits in a landmark hash.
     public static let hashBits = 21
+    /// Names the hash layout; a catalog's index records it and refuses another.
+    public static let keyDesign = "pairs21"
 
     /// The hash of an anchor/target pair; `dt` in frames (1…63), bins absolute. Each field keeps its
     /// low bits, also for bins outside the configuration's range (a damaged or crafted signature file).

@@ -69,7 +69,7 @@ let clock = ContinuousClock()
 // --- Index ---------------------------------------------------------------------------------------
 var idOf: [String: String] = [:]  // catalog track title → corpus id
 if !o.reuse || !FileManager.default.fileExists(atPath: o.catalog) {
-    for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: o.catalog + suffix) }
+    for suffix in ["", "-wal", "-shm", "-index"] { try? FileManager.default.removeItem(atPath: o.catalog + suffix) }
     let files = manifest.map { $0["path"]! }
     let ingestor = Ingestor(catalogPath: o.catalog)
     let t0 = clock.now

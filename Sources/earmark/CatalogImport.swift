@@ -56,7 +56,7 @@ struct CatalogImportCommand: AsyncParsableCommand {
                         throw CLIError("\(destination) already holds \(existing) track\(existing == 1 ? "" : "s"); refusing to replace it (import does not merge catalogs: use `earmark catalog merge`, another --catalog path, or remove the file first)")
                     }
                 }
-                for suffix in ["", "-wal", "-shm"] where fm.fileExists(atPath: destination + suffix) {
+                for suffix in ["", "-wal", "-shm", "-index"] where fm.fileExists(atPath: destination + suffix) {
                     try fm.removeItem(atPath: destination + suffix)
                 }
             } else {
@@ -65,8 +65,8 @@ struct CatalogImportCommand: AsyncParsableCommand {
             }
             try sourceCatalog.export(to: destination)
 
-            // Make sure the result opens for writing like any catalog.
-            _ = try Catalog(path: destination, busyTimeout: options.lockTimeout)
+            // Make sure the result opens for writing like any catalog, and index it if it is large.
+            try Catalog(path: destination, busyTimeout: options.lockTimeout).flushIndex(ifLargerThanFile: true)
             if options.json {
                 try printJSON(ImportReport(source: source, catalog: destination, tracks: stats.trackCount,
                                            totalDuration: stats.totalDuration))

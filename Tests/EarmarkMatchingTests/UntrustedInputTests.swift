@@ -78,18 +78,35 @@ struct UntrustedInputTests {
         #expect(try Catalog(path: fixture.path, readOnly: true).check().isEmpty)
     }
 
-    @Test("a hash-index blob cut inside a posting is reported as a damaged catalog")
-    func truncatedPostings() async throws {
+    @Test("pending landmarks cut inside a landmark, or an index segment with a damaged directory, are reported as a damaged catalog")
+    func damagedPostings() async throws {
         let fixture = try await ReferenceCatalog.shared.value()
         let dir = try TemporaryDirectory("damaged-postings")
+        let sig = try clipSignature(fixture, dir: dir)
+        // An export holds every track's landmarks as pending rows: cut the last byte of each.
         let path = dir.path("damaged.earcat")
         try Catalog(path: fixture.path, readOnly: true).export(to: path)
-        let sig = try clipSignature(fixture, dir: dir)
-        // Cut the last byte of every bucket the clip looks up: each bucket's last posting loses its frame, or part of it.
-        let buckets = Set(Landmarks.extract(from: sig, role: .query).map { $0.hash >> 3 })
-        try Run.sqlite(path, "UPDATE postings SET data = substr(data, 1, length(data) - 1) WHERE bucket IN (\(buckets.map(String.init).joined(separator: ",")))")
+        try Run.sqlite(path, "UPDATE pending_postings SET data = substr(data, 1, length(data) - 1)")
         let catalog = try Catalog(path: path, readOnly: true)
         #expect(throws: CatalogError.self) { _ = try Matcher(catalog: catalog).match(sig) }
         #expect(!(try catalog.check()).isEmpty)
+        // A copy whose index segment's bucket directory points past its data.
+        let copy = dir.path("segment.earcat")
+        try Catalog(path: fixture.path, readOnly: true).export(to: copy)
+        try Catalog(path: copy).flushIndex()
+        let folder = copy + "-index"
+        let segment = try #require(try FileManager.default.contentsOfDirectory(atPath: folder).first { $0.hasSuffix(".seg") })
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: folder + "/" + segment))
+        try handle.seek(toOffset: 64)
+        try handle.write(contentsOf: Data(repeating: 0xFF, count: 1 << 16))
+        try handle.close()
+        let damaged = try Catalog(path: copy, readOnly: true)
+        do {
+            _ = try Matcher(catalog: damaged).match(sig)
+            Issue.record("matched")
+        } catch let e as CatalogError {
+            #expect(e.code == .damaged)
+        }
+        #expect(!(try damaged.check()).isEmpty)
     }
 }

@@ -279,3 +279,74 @@ extension EarmarkCLI {
         try RunningProcess(try executable(), arguments, environment: safeEnvironment(environment))
     }
 }
+
+/// Catalog files as earlier builds wrote them, for migration tests.
+public enum LegacyCatalog {
+    /// One track of a legacy catalog: its landmarks (hash, frame) and stored peaks (frame, bin), frame-ordered.
+    public struct Track {
+        public var title: String
+        public var duration: Double
+        public var contentHash: String
+        public var landmarks: [(hash: UInt32, frame: UInt32)]
+        public var peaks: [(frame: UInt32, bin: UInt16)]
+        public init(title: String, duration: Double, contentHash: String, landmarks: [(hash: UInt32, frame: UInt32)],
+                    peaks: [(frame: UInt32, bin: UInt16)]) {
+            self.title = title
+            self.duration = duration
+            self.contentHash = contentHash
+            self.landmarks = landmarks
+            self.peaks = peaks
+        }
+    }
+
+    /// Writes a schema-2 catalog (builds before 2026-11-25): the hash index inside the file, one row per 18-bit
+    /// bucket of 21-bit hashes, each posting varint(track id), varint(frame << 3 | low 3 hash bits).
+    public static func writeSchema2(path: String, signatureVersion: Int, minBin: Int, tracks: [Track]) throws {
+        func varint(_ value: UInt64, _ out: inout [UInt8]) {
+            var v = value
+            while v >= 0x80 { out.append(UInt8(v & 0x7F) | 0x80); v >>= 7 }
+            out.append(UInt8(v))
+        }
+        func hex(_ bytes: [UInt8]) -> String { "x'" + bytes.map { String(format: "%02x", $0) }.joined() + "'" }
+        var sql = """
+            PRAGMA application_id=\(0x4552_4D4B); PRAGMA user_version=2; PRAGMA journal_mode=WAL;
+            CREATE TABLE catalog_info(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+            INSERT INTO catalog_info VALUES ('signature_version', '\(signatureVersion)'), ('format', 'earmark-catalog'), ('created_at', '2026-11-20T00:00:00Z');
+            CREATE TABLE tracks(id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT, artist TEXT, album TEXT,
+              metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)), duration REAL NOT NULL,
+              source_path TEXT, source_size INTEGER, source_mtime REAL, content_hash TEXT NOT NULL UNIQUE,
+              landmark_count INTEGER NOT NULL, added_at TEXT NOT NULL);
+            CREATE INDEX tracks_source ON tracks(source_path);
+            CREATE TABLE postings(bucket INTEGER PRIMARY KEY, data BLOB NOT NULL);
+            CREATE TABLE track_peaks(track_id INTEGER PRIMARY KEY, data BLOB NOT NULL);
+            CREATE TABLE track_analysis(track_id INTEGER NOT NULL, kind TEXT NOT NULL, version INTEGER NOT NULL,
+              data TEXT NOT NULL CHECK (json_valid(data)), PRIMARY KEY (track_id, kind)) WITHOUT ROWID;
+
+            """
+        var buckets: [UInt32: [UInt8]] = [:]
+        for (i, t) in tracks.enumerated() {
+            let id = UInt64(i + 1)
+            var unique = Set<UInt64>()
+            for l in t.landmarks.sorted(by: { ($0.hash, $0.frame) < ($1.hash, $1.frame) })
+            where unique.insert(UInt64(l.hash) << 32 | UInt64(l.frame)).inserted {
+                varint(id, &buckets[l.hash >> 3, default: []])
+                varint(UInt64(l.frame) << 3 | UInt64(l.hash & 7), &buckets[l.hash >> 3, default: []])
+            }
+            var peaks: [UInt8] = []
+            var last: UInt32 = 0
+            for p in t.peaks {
+                varint(UInt64(p.frame - last), &peaks)
+                peaks.append(UInt8(Int(p.bin) - minBin))
+                last = p.frame
+            }
+            let title = t.title.replacingOccurrences(of: "'", with: "''")
+            sql += "INSERT INTO tracks(id, title, duration, content_hash, landmark_count, added_at) VALUES (\(id), '\(title)', \(t.duration), '\(t.contentHash)', \(unique.count), '2026-11-20T00:00:00Z');\n"
+            sql += "INSERT INTO track_peaks VALUES (\(id), \(hex(peaks)));\n"
+        }
+        for (b, blob) in buckets.sorted(by: { $0.key < $1.key }) { sql += "INSERT INTO postings VALUES (\(b), \(hex(blob)));\n" }
+        let file = path + ".sql"
+        try sql.write(toFile: file, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        _ = try Run.checked("sqlite3", [path, ".read \(file)"])
+    }
+}

@@ -1,0 +1,344 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One posting of the hash index: a landmark key, the track holding it and the anchor frame there.
+struct Posting: Equatable {
+    var key: UInt32
+    var track: UInt32
+    var frame: UInt32
+}
+
+/// An immutable, memory-mapped file of postings sorted by key: the unit the hash index is built from.
+///
+/// Layout (little-endian): a 64-byte header, a directory of `2^bucketBits + 1` byte offsets (UInt64), then
+/// the buckets, then 8 zero bytes. A key is first mixed (``IndexSegment/mix(_:)``, a bijection that spreads
+/// any key design evenly); its top `bucketBits` bits pick the bucket, the rest (the residual) is stored.
+/// A bucket is one byte, the frame width `fw`, then its postings sorted by residual, each
+/// bit-packed as residual (`32 - bucketBits` bits), track − `firstTrack` (`trackBits`) and frame (`fw` bits),
+/// so a lookup reads one bucket and binary-searches it. Everything read from the file is checked before it is
+/// used: a damaged segment throws, never traps.
+final class IndexSegment {
+    static let magic: [UInt8] = Array("EARMKIX1".utf8)
+    static let headerBytes = 64
+    static let maximumBucketBits = 26
+
+    let path: String
+    let postingCount: Int
+    let bucketBits: Int
+    let trackBits: Int
+    let firstTrack: UInt32
+    let lastTrack: UInt32
+    private let base: UnsafeMutableRawPointer
+    private let size: Int
+    private let dataStart: Int
+    private let dataBytes: Int
+    /// Bytes of the mapping read since the last ``releasePages()`` (an estimate of resident pages).
+    private(set) var touchedBytes = 0
+
+    /// A bijection on 32 bits that spreads keys over the buckets whatever their design.
+    @inline(__always)
+    static func mix(_ key: UInt32) -> UInt32 {
+        var m = key &* 0x9E37_79B1
+        m ^= m >> 16
+        return m
+    }
+
+    /// Buckets for a segment of `postings` postings: about 64 postings each.
+    static func bucketBits(for postings: Int) -> Int {
+        var b = 8
+        while b < maximumBucketBits, postings >> (b + 6) > 0 { b += 1 }
+        return b
+    }
+
+    init(path: String) throws {
+        self.path = path
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw IndexSegment.error(path, "cannot open: \(String(cString: strerror(errno)))", code: .ioError) }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { throw IndexSegment.error(path, "cannot stat", code: .ioError) }
+        size = Int(st.st_size)
+        guard size >= IndexSegment.headerBytes + 8 else { throw IndexSegment.error(path, "shorter than its header") }
+        guard let p = mmap(nil, size, PROT_READ, MAP_SHARED, fd, 0), p != MAP_FAILED else {
+            throw IndexSegment.error(path, "cannot map: \(String(cString: strerror(errno)))", code: .ioError)
+        }
+        base = p
+        _ = madvise(p, size, MADV_RANDOM)
+        let h = UnsafeRawPointer(p)
+        func u32(_ at: Int) -> UInt32 { UInt32(littleEndian: h.loadUnaligned(fromByteOffset: at, as: UInt32.self)) }
+        func u64(_ at: Int) -> UInt64 { UInt64(littleEndian: h.loadUnaligned(fromByteOffset: at, as: UInt64.self)) }
+        let magicOK = (0..<8).allSatisfy { h.load(fromByteOffset: $0, as: UInt8.self) == IndexSegment.magic[$0] }
+        let bits = Int(u32(8)), tBits = Int(u32(12))
+        let count = u64(16), data = u64(24)
+        firstTrack = u32(32)
+        lastTrack = u32(36)
+        let directory = bits >= 8 && bits <= IndexSegment.maximumBucketBits ? ((1 << bits) + 1) * 8 : 0
+        guard magicOK, directory > 0, tBits >= 1, tBits <= 32, firstTrack <= lastTrack,
+              UInt64(lastTrack - firstTrack) < UInt64(1) << UInt64(tBits),
+              count < UInt64(1) << 40, data < UInt64(1) << 48,
+              UInt64(IndexSegment.headerBytes + directory) + data + 8 == UInt64(size),
+              Self.checksum(h, count: 40) == u64(40)
+        else {
+            munmap(p, size)
+            throw IndexSegment.error(path, "not a valid index segment")
+        }
+        bucketBits = bits
+        trackBits = tBits
+        postingCount = Int(count)
+        dataStart = IndexSegment.headerBytes + directory
+        dataBytes = Int(data)
+    }
+
+    deinit { munmap(base, size) }
+
+    static func error(_ path: String, _ message: String, code: CatalogError.Code = .damaged) -> CatalogError {
+        CatalogError(code, "index segment \(URL(fileURLWithPath: path).lastPathComponent): \(message)", path: path)
+    }
+
+    /// FNV-1a over the first `count` header bytes.
+    static func checksum(_ p: UnsafeRawPointer, count: Int) -> UInt64 {
+        var h: UInt64 = 0xcbf2_9ce4_8422_2325
+        for i in 0..<count { h = (h ^ UInt64(p.load(fromByteOffset: i, as: UInt8.self))) &* 0x100_0000_01b3 }
+        return h
+    }
+
+    /// Bucket `b`'s bytes as (start, end) offsets into the mapping, checked.
+    @inline(__always)
+    private func bucketRange(_ b: Int) throws -> (Int, Int) {
+        let d = UnsafeRawPointer(base) + IndexSegment.headerBytes + b * 8
+        let lo = UInt64(littleEndian: d.loadUnaligned(as: UInt64.self))
+        let hi = UInt64(littleEndian: d.loadUnaligned(fromByteOffset: 8, as: UInt64.self))
+        guard lo <= hi, hi <= UInt64(dataBytes) else { throw IndexSegment.error(path, "bucket \(b)'s bounds are out of place") }
+        return (dataStart + Int(lo), dataStart + Int(hi))
+    }
+
+    /// Reads `width` (≤ 57) bits at bit `bit` of the mapping.
+    @inline(__always)
+    private func bits(at bit: Int, width: Int) -> UInt64 {
+        let word = UInt64(littleEndian: UnsafeRawPointer(base).loadUnaligned(fromByteOffset: bit >> 3, as: UInt64.self))
+        return (word >> UInt64(bit & 7)) & ((1 << UInt64(width)) - 1)
+    }
+
+    /// Bucket `b`'s posting count, posting width in bits, frame width and first posting's bit offset, checked.
+    @inline(__always)
+    func bucketInfo(_ b: Int) throws -> (count: Int, width: Int, fw: Int, firstBit: Int) {
+        let (lo, hi) = try bucketRange(b)
+        guard hi > lo else { return (0, 1, 1, 0) }
+        let fw = Int(UnsafeRawPointer(base).load(fromByteOffset: lo, as: UInt8.self))
+        guard fw >= 1, fw <= 32 else { throw IndexSegment.error(path, "a bucket's frame width \(fw) is out of range") }
+        let width = 32 - bucketBits + trackBits + fw
+        return ((hi - lo - 1) * 8 / width, width, fw, (lo + 1) * 8)
+    }
+
+    /// The posting at bit `at` of bucket `bucket`, with its mixed key.
+    @inline(__always)
+    func posting(bucket: Int, at: Int, fw: Int) -> Posting {
+        let residualBits = 32 - bucketBits
+        let m = UInt32(truncatingIfNeeded: bucket << residualBits) | UInt32(truncatingIfNeeded: bits(at: at, width: residualBits))
+        let track = firstTrack &+ UInt32(truncatingIfNeeded: bits(at: at + residualBits, width: trackBits))
+        let frame = UInt32(truncatingIfNeeded: bits(at: at + residualBits + trackBits, width: fw))
+        return Posting(key: m, track: track, frame: frame)
+    }
+
+    /// Calls `body(track, frame)` for every posting of `key`.
+    func lookup(_ key: UInt32, _ body: (UInt32, UInt32) -> Void) throws {
+        let m = IndexSegment.mix(key)
+        let residualBits = 32 - bucketBits
+        let bucket = Int(m >> UInt32(residualBits))
+        let b = try bucketInfo(bucket)
+        touchedBytes += 16 + b.count * b.width / 8
+        guard b.count > 0 else { return }
+        let residual = UInt64(m) & ((1 << UInt64(residualBits)) - 1)
+        // First posting whose residual is not below the key's.
+        var lo = 0, hi = b.count
+        while lo < hi {
+            let mid = (lo + hi) >> 1
+            if bits(at: b.firstBit + mid * b.width, width: residualBits) < residual { lo = mid + 1 } else { hi = mid }
+        }
+        var i = lo
+        while i < b.count {
+            let at = b.firstBit + i * b.width
+            guard bits(at: at, width: residualBits) == residual else { break }
+            let track = firstTrack &+ UInt32(truncatingIfNeeded: bits(at: at + residualBits, width: trackBits))
+            guard track <= lastTrack else { throw IndexSegment.error(path, "a posting names track \(track), outside the segment's range") }
+            body(track, UInt32(truncatingIfNeeded: bits(at: at + residualBits + trackBits, width: b.fw)))
+            i += 1
+        }
+    }
+
+    /// Every posting in stored order (by mixed key), keys still mixed; for merging and checking.
+    func forEachMixed(_ body: (Posting) throws -> Void) throws {
+        var seen = 0
+        for bucket in 0..<(1 << bucketBits) {
+            let b = try bucketInfo(bucket)
+            for i in 0..<b.count {
+                let p = posting(bucket: bucket, at: b.firstBit + i * b.width, fw: b.fw)
+                guard p.track <= lastTrack else { throw IndexSegment.error(path, "a posting names track \(p.track), outside the segment's range") }
+                try body(p)
+            }
+            seen += b.count
+        }
+        guard seen == postingCount else { throw IndexSegment.error(path, "holds \(seen) postings, its header says \(postingCount)") }
+        touchedBytes += size
+    }
+
+    /// Every posting with its key, in stored order.
+    func forEach(_ body: (Posting) throws -> Void) throws {
+        try forEachMixed { p in try body(Posting(key: IndexSegment.unmix(p.key), track: p.track, frame: p.frame)) }
+    }
+
+    /// The inverse of ``mix(_:)``.
+    static func unmix(_ m: UInt32) -> UInt32 {
+        let x = m ^ (m >> 16)
+        return x &* 0x0E8B_2F51  // the inverse of 0x9E3779B1 modulo 2³²
+    }
+
+    /// Drops this process's mapping of the pages read so far (they stay in the page cache): bounds the
+    /// resident memory a long-running matcher accumulates from a large index.
+    func releasePages() {
+        _ = madvise(base, size, MADV_DONTNEED)
+        touchedBytes = 0
+    }
+}
+
+/// Writes an ``IndexSegment`` from postings given in mixed-key order (see ``IndexSegment/mix(_:)``). The file appears under its name only when complete (written beside it, synced, renamed).
+struct IndexSegmentWriter {
+    let path: String
+    let bucketBits: Int
+    let trackBits: Int
+    let firstTrack: UInt32
+    let lastTrack: UInt32
+    let postingCount: Int
+    private let temporary: String
+    private let handle: FileHandle
+    private var directory: [UInt64]
+    private var buffer: [UInt8] = []
+    private var bucket: [Posting] = []
+    private var currentBucket = -1
+    private var written: UInt64 = 0
+    private var appended = 0
+    private var lastMixed: UInt32?
+
+    /// - Parameters: `postingCount` must be the exact number that will be appended; tracks must lie in `tracks`.
+    init(path: String, postingCount: Int, tracks: ClosedRange<UInt32>) throws {
+        self.path = path
+        self.postingCount = postingCount
+        bucketBits = IndexSegment.bucketBits(for: postingCount)
+        firstTrack = tracks.lowerBound
+        lastTrack = tracks.upperBound
+        var t = 1
+        while t < 32, UInt64(tracks.upperBound - tracks.lowerBound) >> UInt64(t) > 0 { t += 1 }
+        trackBits = t
+        temporary = path + ".tmp-\(getpid())"
+        guard FileManager.default.createFile(atPath: temporary, contents: nil),
+              let h = FileHandle(forWritingAtPath: temporary) else {
+            throw IndexSegment.error(path, "cannot create \(temporary)", code: .ioError)
+        }
+        handle = h
+        directory = [UInt64](repeating: 0, count: (1 << bucketBits) + 1)
+        // Header and directory are written last; reserve their bytes.
+        try handle.write(contentsOf: Data(count: IndexSegment.headerBytes + directory.count * 8))
+    }
+
+    mutating func append(_ p: Posting) throws {
+        try appendMixed(Posting(key: IndexSegment.mix(p.key), track: p.track, frame: p.frame))
+    }
+
+    /// Appends a posting whose key is already mixed.
+    mutating func appendMixed(_ p: Posting) throws {
+        let m = p.key
+        let residualBits = 32 - bucketBits
+        let b = Int(m >> UInt32(residualBits))
+        if let last = lastMixed, last > m {
+            throw IndexSegment.error(path, "postings appended out of order", code: .invalidArgument)
+        }
+        guard p.track >= firstTrack, p.track <= lastTrack else {
+            throw IndexSegment.error(path, "posting of track \(p.track) outside \(firstTrack)…\(lastTrack)", code: .invalidArgument)
+        }
+        lastMixed = m
+        if b != currentBucket { try flushBucket(upTo: b) }
+        bucket.append(Posting(key: m, track: p.track, frame: p.frame))
+        appended += 1
+    }
+
+    /// Writes the pending bucket and records the start of every bucket up to `next`.
+    private mutating func flushBucket(upTo next: Int) throws {
+        if currentBucket >= 0, !bucket.isEmpty {
+            let residualBits = 32 - bucketBits
+            var fw = 1
+            let maxFrame = bucket.map(\.frame).max() ?? 0
+            while fw < 32, UInt64(maxFrame) >> UInt64(fw) > 0 { fw += 1 }
+            let width = residualBits + trackBits + fw
+            let bytes = 1 + (bucket.count * width + 7) / 8
+            let start = buffer.count
+            buffer.append(contentsOf: repeatElement(0, count: bytes))
+            buffer[start] = UInt8(fw)
+            var bit = (start + 1) * 8
+            func put(_ value: UInt64, _ w: Int) {
+                var v = value, left = w
+                while left > 0 {
+                    let byte = bit >> 3, shift = bit & 7
+                    let take = min(8 - shift, left)
+                    buffer[byte] |= UInt8(truncatingIfNeeded: (v & ((1 << UInt64(take)) - 1)) << UInt64(shift))
+                    v >>= UInt64(take)
+                    bit += take
+                    left -= take
+                }
+            }
+            let residualMask = (UInt64(1) << UInt64(residualBits)) - 1
+            for p in bucket {
+                put(UInt64(p.key) & residualMask, residualBits)
+                put(UInt64(p.track - firstTrack), trackBits)
+                put(UInt64(p.frame), fw)
+            }
+            written += UInt64(bytes)
+            bucket.removeAll(keepingCapacity: true)
+            if buffer.count >= 1 << 20 {
+                try handle.write(contentsOf: buffer)
+                buffer.removeAll(keepingCapacity: true)
+            }
+        }
+        let from = max(currentBucket + 1, 0)
+        if next >= from { for i in from...next { directory[i] = written } }
+        currentBucket = next
+    }
+
+    /// Completes the file and moves it into place.
+    mutating func finish() throws {
+        guard appended == postingCount else {
+            throw IndexSegment.error(path, "\(appended) postings appended, \(postingCount) announced", code: .invalidArgument)
+        }
+        try flushBucket(upTo: 1 << bucketBits)
+        buffer.append(contentsOf: repeatElement(0, count: 8))
+        try handle.write(contentsOf: buffer)
+        var header = [UInt8](repeating: 0, count: IndexSegment.headerBytes)
+        func put32(_ v: UInt32, _ at: Int) { withUnsafeBytes(of: v.littleEndian) { header.replaceSubrange(at..<at + 4, with: $0) } }
+        func put64(_ v: UInt64, _ at: Int) { withUnsafeBytes(of: v.littleEndian) { header.replaceSubrange(at..<at + 8, with: $0) } }
+        header.replaceSubrange(0..<8, with: IndexSegment.magic)
+        put32(UInt32(bucketBits), 8)
+        put32(UInt32(trackBits), 12)
+        put64(UInt64(postingCount), 16)
+        put64(written, 24)
+        put32(firstTrack, 32)
+        put32(lastTrack, 36)
+        put64(header.withUnsafeBytes { IndexSegment.checksum($0.baseAddress!, count: 40) }, 40)
+        var dir = [UInt8]()
+        dir.reserveCapacity(directory.count * 8)
+        for d in directory { withUnsafeBytes(of: d.littleEndian) { dir.append(contentsOf: $0) } }
+        try handle.seek(toOffset: 0)
+        try handle.write(contentsOf: header + dir)
+        try handle.synchronize()
+        try handle.close()
+        guard rename(temporary, path) == 0 else {
+            throw IndexSegment.error(path, "cannot move the new segment into place: \(String(cString: strerror(errno)))", code: .ioError)
+        }
+    }
+
+    /// Removes the unfinished file (after an error).
+    func abandon() {
+        try? handle.close()
+        unlink(temporary)
+    }
+}

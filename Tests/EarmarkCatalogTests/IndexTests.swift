@@ -1,0 +1,330 @@
+@testable import EarmarkCatalog
+import EarmarkSignature
+import EarmarkTestSupport
+import Foundation
+import Testing
+
+// The segment index with synthetic postings: exact answers are easy to state. Real music goes through it in
+// the matching, kit and CLI tests.
+
+/// `count` random postings: keys over the whole 32-bit space or `keys`, tracks in `tracks`, frames below `frames`.
+func randomPostings(seed: UInt64, count: Int, keys: ClosedRange<UInt32> = 0...UInt32.max,
+                    tracks: ClosedRange<UInt32> = 1...500, frames: UInt32 = 1 << 20) -> [EarmarkCatalog.Posting] {
+    var rng = SeededRandom(seed: seed)
+    return (0..<count).map { _ in
+        EarmarkCatalog.Posting(key: UInt32.random(in: keys, using: &rng), track: UInt32.random(in: tracks, using: &rng),
+                               frame: UInt32.random(in: 0..<frames, using: &rng))
+    }
+}
+
+func writeSegment(_ postings: [EarmarkCatalog.Posting], to path: String) throws -> IndexSegment {
+    var sorted = postings
+    PostingIndex.sortByMixedKey(&sorted)
+    let lo = sorted.map(\.track).min() ?? 0, hi = sorted.map(\.track).max() ?? 0
+    var w = try IndexSegmentWriter(path: path, postingCount: sorted.count, tracks: lo...hi)
+    for p in sorted { try w.append(p) }
+    try w.finish()
+    return try IndexSegment(path: path)
+}
+
+struct Found: Hashable { var key: UInt32; var track: UInt32; var frame: UInt32 }
+
+@Suite("Index segments")
+struct IndexSegmentTests {
+    @Test("mix is a bijection: unmix undoes it")
+    func mixRoundTrip() {
+        var rng = SeededRandom(seed: 5)
+        for _ in 0..<100_000 {
+            let k = UInt32.random(in: 0...UInt32.max, using: &rng)
+            #expect(IndexSegment.unmix(IndexSegment.mix(k)) == k)
+        }
+        #expect(IndexSegment.unmix(IndexSegment.mix(0)) == 0 && IndexSegment.unmix(IndexSegment.mix(.max)) == .max)
+    }
+
+    @Test("a segment returns exactly the postings of each key, at sizes from one posting to 300,000", arguments: [1, 70, 5_000, 300_000])
+    func roundTrip(count: Int) throws {
+        let dir = try TemporaryDirectory("segment")
+        // Few distinct keys among many postings, so that keys repeat within buckets.
+        let postings = randomPostings(seed: UInt64(count), count: count, keys: 0...UInt32(max(1, count / 3)) &* 7919)
+        let segment = try writeSegment(postings, to: dir.path("s.seg"))
+        #expect(segment.postingCount == count)
+        #expect(segment.bucketBits == IndexSegment.bucketBits(for: count))
+        var byKey: [UInt32: [Found]] = [:]
+        for p in postings { byKey[p.key, default: []].append(Found(key: p.key, track: p.track, frame: p.frame)) }
+        for (key, want) in byKey.prefix(2_000) {
+            var got: [Found] = []
+            try segment.lookup(key) { got.append(Found(key: key, track: $0, frame: $1)) }
+            #expect(got.sorted { ($0.track, $0.frame) < ($1.track, $1.frame) } == want.sorted { ($0.track, $0.frame) < ($1.track, $1.frame) })
+        }
+        var rng = SeededRandom(seed: 9)
+        var strays = 0
+        for _ in 0..<2_000 {
+            let k = UInt32.random(in: 0...UInt32.max, using: &rng)
+            guard byKey[k] == nil else { continue }
+            try segment.lookup(k) { _, _ in strays += 1 }
+        }
+        #expect(strays == 0)
+        var all: [Found] = []
+        try segment.forEach { all.append(Found(key: $0.key, track: $0.track, frame: $0.frame)) }
+        #expect(all.count == count)
+        #expect(Set(all) == Set(postings.map { Found(key: $0.key, track: $0.track, frame: $0.frame) }))
+    }
+
+    @Test("long tracks and large track ids keep their frames and ids (widths chosen per bucket and segment)")
+    func wideFields() throws {
+        let dir = try TemporaryDirectory("segment-wide")
+        let postings = randomPostings(seed: 3, count: 20_000, tracks: 1_000_000...1_150_000, frames: 8_640_000)
+        let segment = try writeSegment(postings, to: dir.path("w.seg"))
+        var all = Set<Found>()
+        try segment.forEach { all.insert(Found(key: $0.key, track: $0.track, frame: $0.frame)) }
+        #expect(all == Set(postings.map { Found(key: $0.key, track: $0.track, frame: $0.frame) }))
+    }
+
+    @Test("the writer refuses postings out of order, outside its track range or short of the announced count, and leaves no file")
+    func writerRefuses() throws {
+        let dir = try TemporaryDirectory("segment-refuse")
+        let path = dir.path("r.seg")
+        var sorted = randomPostings(seed: 4, count: 100)
+        PostingIndex.sortByMixedKey(&sorted)
+        var w = try IndexSegmentWriter(path: path, postingCount: 100, tracks: 1...500)
+        try w.append(sorted[1])
+        #expect(throws: CatalogError.self) { try w.append(sorted[0]) }
+        w.abandon()
+        var w2 = try IndexSegmentWriter(path: path, postingCount: 100, tracks: 1...10)
+        #expect(throws: CatalogError.self) { try w2.append(EarmarkCatalog.Posting(key: 1, track: 11, frame: 0)) }
+        w2.abandon()
+        var w3 = try IndexSegmentWriter(path: path, postingCount: 100, tracks: 1...500)
+        for p in sorted.prefix(99) { try w3.append(p) }
+        #expect(throws: CatalogError.self) { try w3.finish() }
+        w3.abandon()
+        #expect(!FileManager.default.fileExists(atPath: path))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dir.path).isEmpty, "no temporary file left")
+    }
+
+    @Test("damaged segments are refused or throw on reading, never trap: header, truncation, directory, random bytes")
+    func damage() throws {
+        let dir = try TemporaryDirectory("segment-damage")
+        let postings = randomPostings(seed: 6, count: 4_000)
+        let good = dir.path("good.seg")
+        _ = try writeSegment(postings, to: good)
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: good))
+        func variant(_ name: String, _ change: (inout Data) -> Void) throws -> String {
+            var d = bytes
+            change(&d)
+            let p = dir.path(name)
+            try d.write(to: URL(fileURLWithPath: p))
+            return p
+        }
+        // Header fields: refused at opening.
+        for (name, at) in [("magic", 0), ("bits", 8), ("count", 16), ("track", 36), ("checksum", 40)] {
+            let p = try variant(name) { $0[at] ^= 0x5A }
+            #expect(throws: CatalogError.self, "\(name)") { _ = try IndexSegment(path: p) }
+        }
+        let cut = try variant("cut") { $0.removeLast(100) }
+        #expect(throws: CatalogError.self) { _ = try IndexSegment(path: cut) }
+        let empty = try variant("empty") { $0 = Data() }
+        #expect(throws: CatalogError.self) { _ = try IndexSegment(path: empty) }
+        // A directory entry pointing past the data: the lookups of that bucket throw.
+        let seg = try IndexSegment(path: good)
+        let directoryStart = IndexSegment.headerBytes
+        let badDir = try variant("dir") { d in
+            for i in 0..<8 { d[directoryStart + 8 * 3 + i] = 0xFF }
+        }
+        let s = try IndexSegment(path: badDir)
+        #expect(throws: CatalogError.self) { try s.forEach { _ in } }
+        _ = seg
+        // Random bytes in the buckets: every read either throws or answers with tracks in range.
+        var rng = SeededRandom(seed: 7)
+        let dataStart = directoryStart + ((1 << seg.bucketBits) + 1) * 8
+        for round in 0..<20 {
+            let p = try variant("noise\(round)") { d in
+                for _ in 0..<50 { d[Int.random(in: dataStart..<(d.count - 8), using: &rng)] = UInt8.random(in: 0...255, using: &rng) }
+            }
+            let n = try IndexSegment(path: p)
+            do { try n.forEach { #expect($0.track >= 1 && $0.track <= 500) } } catch is CatalogError {}
+            for q in postings.prefix(200) {
+                do { try n.lookup(q.key) { track, _ in #expect(track >= 1 && track <= 500) } } catch is CatalogError {}
+            }
+        }
+    }
+}
+
+@Suite("Posting index: segments, merges, removals")
+struct PostingIndexTests {
+    func lookupAll(_ index: PostingIndex, _ keys: [UInt32]) throws -> Set<Found> {
+        var out = Set<Found>()
+        try index.lookup(keys: keys) { out.insert(Found(key: $0, track: $1, frame: $2)) }
+        return out
+    }
+
+    @Test("segments added one by one merge as a binary counter (few segments), and lookups answer as one set would")
+    func mergesKeepFewSegments() throws {
+        let dir = try TemporaryDirectory("posting-index")
+        let index = try PostingIndex(folder: dir.path("x-index"), catalogID: "c1", keys: "k")
+        try index.acquireLock(timeout: 1)
+        var all: [EarmarkCatalog.Posting] = []
+        for batch in 0..<13 {
+            var p = randomPostings(seed: UInt64(100 + batch), count: 1_000, keys: 0...50_000,
+                                   tracks: UInt32(batch * 10 + 1)...UInt32(batch * 10 + 10))
+            all += p
+            try index.addSegment(&p, tracks: Array(UInt32(batch * 10 + 1)...UInt32(batch * 10 + 10)), live: { _ in true })
+            #expect(index.segments.count <= 4, "after \(batch + 1) batches: \(index.segments.count) segments")
+        }
+        #expect(index.postingCount == all.count)
+        #expect(index.covers(1) && index.covers(130) && !index.covers(131))
+        let keys = Array(Set(all.map(\.key))).sorted().prefix(3_000)
+        let want = Set(all.filter { keys.contains($0.key) }.map { Found(key: $0.key, track: $0.track, frame: $0.frame) })
+        #expect(try lookupAll(index, Array(keys)) == want)
+        // Another connection reading the folder sees the same.
+        let reader = try PostingIndex(folder: dir.path("x-index"), catalogID: "c1", keys: "k")
+        #expect(try lookupAll(reader, Array(keys)) == want)
+        // Files on disk: the manifest, the lock and exactly the listed segments.
+        let files = Set(try FileManager.default.contentsOfDirectory(atPath: dir.path("x-index")))
+        #expect(files == Set(index.manifest.segments.map(\.file) + ["manifest.json", "lock"]))
+    }
+
+    @Test("removed tracks are skipped at once and dropped by the next full merge, which also forgets them")
+    func removals() throws {
+        let dir = try TemporaryDirectory("posting-index-remove")
+        let index = try PostingIndex(folder: dir.path("x-index"), catalogID: "c1", keys: "k")
+        try index.acquireLock(timeout: 1)
+        var p = randomPostings(seed: 1, count: 5_000, keys: 0...2_000, tracks: 1...20)
+        let all = p
+        try index.addSegment(&p, tracks: Array(1...20), live: { _ in true })
+        var q = randomPostings(seed: 2, count: 500, keys: 0...2_000, tracks: 21...22)
+        try index.addSegment(&q, tracks: [21, 22], live: { _ in true })
+        try index.markRemoved([3, 7])
+        let keys = Array(0...UInt32(2_000))
+        let found = try lookupAll(index, keys)
+        #expect(!found.contains { $0.track == 3 || $0.track == 7 })
+        #expect(found.filter { $0.track <= 20 } == Set(all.filter { $0.track != 3 && $0.track != 7 }.map { Found(key: $0.key, track: $0.track, frame: $0.frame) }))
+        try index.mergeAll(live: { $0 != 3 && $0 != 7 })
+        #expect(index.segments.count == 1)
+        #expect(index.manifest.removed.isEmpty)
+        #expect(index.postingCount == all.filter { $0.track != 3 && $0.track != 7 }.count + 500)
+        #expect(try lookupAll(index, keys).filter { $0.track <= 20 } == found.filter { $0.track <= 20 })
+    }
+
+    @Test("an index folder of another catalog or another key design is refused; a damaged manifest is .damaged")
+    func refusals() throws {
+        let dir = try TemporaryDirectory("posting-index-refuse")
+        let folder = dir.path("x-index")
+        let index = try PostingIndex(folder: folder, catalogID: "c1", keys: "k")
+        try index.acquireLock(timeout: 1)
+        var p = randomPostings(seed: 1, count: 100)
+        try index.addSegment(&p, tracks: [1], live: { _ in true })
+        index.releaseLock()
+        #expect(catalogError { _ = try PostingIndex(folder: folder, catalogID: "c2", keys: "k") } == .damaged)
+        #expect(catalogError { _ = try PostingIndex(folder: folder, catalogID: "c1", keys: "other") } == .versionMismatch)
+        try Data("{not json".utf8).write(to: URL(fileURLWithPath: folder + "/manifest.json"))
+        #expect(catalogError { _ = try PostingIndex(folder: folder, catalogID: "c1", keys: "k") } == .damaged)
+    }
+
+    @Test("a second writer waits for the lock, then fails with .locked")
+    func writerLock() throws {
+        let dir = try TemporaryDirectory("posting-index-lock")
+        let a = try PostingIndex(folder: dir.path("x-index"), catalogID: "c1", keys: "k")
+        let b = try PostingIndex(folder: dir.path("x-index"), catalogID: "c1", keys: "k")
+        try a.acquireLock(timeout: 1)
+        #expect(catalogError { try b.acquireLock(timeout: 0.1) } == .locked)
+        a.releaseLock()
+        try b.acquireLock(timeout: 0.1)
+    }
+}
+
+@Suite("Catalog: pending landmarks, recovery, export and migration")
+struct CatalogIndexTests {
+    @Test("tracks a writer added but never flushed (it stopped) are indexed by the next writer; readers see them meanwhile")
+    func recoversPending() throws {
+        let f = try TwoTrackCatalog()
+        let dir = try TemporaryDirectory("pending")
+        let writer = try Catalog(path: f.path)
+        let c = makeLandmarks(seed: 5, count: 400, frames: 3000)
+        guard case .added(let trackC) = try writer.add(NewTrack(title: "C", duration: 30, contentHash: "c"), landmarks: c, peaks: [])
+        else { throw TestSupportError("not added") }
+        // A copy of the file as it is now, without the index folder's later state: the writer "stopped" here.
+        let copy = dir.path("copy.earcat")
+        try Run.sqlite(f.path, "VACUUM INTO '\(copy)'")
+        try FileManager.default.copyItem(atPath: f.path + "-index", toPath: copy + "-index")
+        let reader = try Catalog(path: copy, readOnly: true)
+        #expect(try postings(reader, c.map(\.hash)).filter { $0.track == trackC.id } == expected(c, track: trackC.id))
+        #expect(try reader.check().isEmpty)
+        let next = try Catalog(path: copy)
+        try next.flushIndex()
+        #expect(try next.indexLayout().postings == f.a.landmarkCount + f.b.landmarkCount + trackC.landmarkCount)
+        #expect(try Run.sqlite(copy, "SELECT count(*) FROM pending_postings").trimmingCharacters(in: .whitespacesAndNewlines) == "0")
+        #expect(try postings(next, c.map(\.hash)).filter { $0.track == trackC.id } == expected(c, track: trackC.id))
+        #expect(try next.check().isEmpty)
+        try writer.close()
+    }
+
+    @Test("a catalog whose index folder is gone is refused with a clear error, and check says which tracks lack postings")
+    func missingIndexFolder() throws {
+        let f = try TwoTrackCatalog()
+        try FileManager.default.removeItem(atPath: f.path + "-index")
+        let reader = try Catalog(path: f.path, readOnly: true)
+        #expect(throws: CatalogError.self) { try reader.lookup(hashes: [1, 2, 3]) { _, _, _ in } }
+        let problems = try reader.check()
+        #expect(problems.contains { $0.contains("track \(f.a.id) is not in the hash index") })
+    }
+
+    @Test("an export is one file (landmarks pending, no index folder) that reads as the original and is indexed when opened for writing")
+    func exportIsOneFile() throws {
+        let f = try TwoTrackCatalog()
+        let dir = try TemporaryDirectory("export-one")
+        let out = dir.path("out.earcat")
+        try Catalog(path: f.path).export(to: out)
+        #expect(!FileManager.default.fileExists(atPath: out + "-index"))
+        let hashes = f.landmarksA.map(\.hash) + f.landmarksB.map(\.hash)
+        let original = try postings(try Catalog(path: f.path, readOnly: true), hashes)
+        #expect(try postings(try Catalog(path: out, readOnly: true), hashes) == original)
+        let w = try Catalog(path: out)
+        try w.flushIndex()
+        #expect(try w.indexLayout().segments == 1)
+        #expect(try postings(w, hashes) == original)
+        #expect(try w.check().isEmpty)
+    }
+
+    @Test("a schema-2 catalog (hash index inside the file) is refused read-only with the command that converts it, and migrates when opened for writing")
+    func migratesSchema2() throws {
+        let dir = try TemporaryDirectory("schema2")
+        let path = dir.path("old.earcat")
+        // Schema 2 as it was written: postings rows of varint(track), varint(frame << 3 | low 3 hash bits).
+        let a = makeLandmarks(seed: 11, count: 2_000, frames: 9_000)
+        var buckets: [UInt32: [UInt8]] = [:]
+        for l in Catalog.uniqueSorted(a) {
+            Varint.append(1, to: &buckets[l.hash >> 3, default: []])
+            Varint.append(UInt64(l.frame) << 3 | UInt64(l.hash & 7), to: &buckets[l.hash >> 3, default: []])
+        }
+        var sql = """
+            PRAGMA application_id=\(Catalog.applicationID); PRAGMA user_version=2; PRAGMA journal_mode=WAL;
+            CREATE TABLE catalog_info(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+            INSERT INTO catalog_info VALUES ('signature_version', '\(SignatureConfiguration.current.version)'), ('format', 'earmark-catalog'), ('created_at', 'x');
+            CREATE TABLE tracks(id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT, artist TEXT, album TEXT,
+              metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)), duration REAL NOT NULL,
+              source_path TEXT, source_size INTEGER, source_mtime REAL, content_hash TEXT NOT NULL UNIQUE,
+              landmark_count INTEGER NOT NULL, added_at TEXT NOT NULL);
+            CREATE INDEX tracks_source ON tracks(source_path);
+            CREATE TABLE postings(bucket INTEGER PRIMARY KEY, data BLOB NOT NULL);
+            CREATE TABLE track_peaks(track_id INTEGER PRIMARY KEY, data BLOB NOT NULL);
+            CREATE TABLE track_analysis(track_id INTEGER NOT NULL, kind TEXT NOT NULL, version INTEGER NOT NULL,
+              data TEXT NOT NULL CHECK (json_valid(data)), PRIMARY KEY (track_id, kind)) WITHOUT ROWID;
+            INSERT INTO tracks(title, duration, content_hash, landmark_count, added_at) VALUES ('A', 100, 'a', \(Catalog.uniqueSorted(a).count), 'x');
+            INSERT INTO track_peaks VALUES (1, x'');
+            """
+        for (b, blob) in buckets { sql += "INSERT INTO postings VALUES (\(b), x'\(blob.map { String(format: "%02x", $0) }.joined())');\n" }
+        _ = try Run.sqlite(path, sql)
+        do {
+            _ = try Catalog(path: path, readOnly: true)
+            Issue.record("opened")
+        } catch let e as CatalogError {
+            #expect(e.code == .versionMismatch)
+            #expect(e.message.contains("earmark catalog migrate"))
+        }
+        let migrated = try Catalog(path: path)
+        #expect(try migrated.stats().schemaVersion == 3)
+        #expect(try postings(migrated, a.map(\.hash)) == expected(a, track: 1))
+        #expect(try migrated.check().isEmpty)
+        #expect(try Run.sqlite(path, "SELECT count(*) FROM sqlite_master WHERE name = 'postings'").trimmingCharacters(in: .whitespacesAndNewlines) == "0")
+    }
+}
