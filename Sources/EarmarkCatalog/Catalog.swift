@@ -747,22 +747,22 @@ public final class Catalog {
         try index.addSegment(&postings, tracks: ids, live: { Catalog.contains(live, $0) })
     }
 
-    /// Calls `body(hash, trackID, frame)` for every posting of each of `hashes` (distinct hashes): from the
+    /// Calls `body(i, trackID, frame)` for every posting of each hash `hashes[i]` (distinct hashes): from the
     /// index segments, and from tracks still pending.
-    public func lookup(hashes: [UInt32], _ body: (UInt32, Int64, UInt32) -> Void) throws {
+    public func lookup(hashes: [UInt32], _ body: (Int, Int64, UInt32) -> Void) throws {
         guard !hashes.isEmpty else { return }
         let index = try self.index()
-        try index.lookup(keys: hashes) { key, track, frame in body(key, Int64(track), frame) }
+        try index.lookup(keys: hashes) { i, track, frame in body(i, Int64(track), frame) }
         let pending = try currentPendingOverlay(index)
         guard !pending.isEmpty else { return }
-        for h in hashes {
+        for (i, h) in hashes.enumerated() {
             var lo = 0, hi = pending.count
             while lo < hi {
                 let mid = (lo + hi) >> 1
                 if pending[mid].key < h { lo = mid + 1 } else { hi = mid }
             }
             while lo < pending.count, pending[lo].key == h {
-                body(h, Int64(pending[lo].track), pending[lo].frame)
+                body(i, Int64(pending[lo].track), pending[lo].frame)
                 lo += 1
             }
         }

@@ -136,14 +136,14 @@ final class PostingIndex {
         manifest.covered.contains { $0.count == 2 && $0[0] <= id && id <= $0[1] }
     }
 
-    /// Calls `body(key, track, frame)` for every posting of each key of `keys`, from every segment.
-    func lookup(keys: [UInt32], _ body: (UInt32, UInt32, UInt32) -> Void) throws {
+    /// Calls `body(i, track, frame)` for every posting of each key `keys[i]`, from every segment.
+    func lookup(keys: [UInt32], _ body: (Int, UInt32, UInt32) -> Void) throws {
         let filter = !removedBits.isEmpty
         for segment in segments {
-            for key in keys {
+            for (i, key) in keys.enumerated() {
                 try segment.lookup(key) { track, frame in
                     if filter, isRemoved(track) { return }
-                    body(key, track, frame)
+                    body(i, track, frame)
                 }
             }
             if segment.touchedBytes > residentBudget { segment.releasePages() }

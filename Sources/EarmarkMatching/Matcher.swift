@@ -170,13 +170,6 @@ public final class Matcher {
     public var options: MatchOptions
     public let configuration: SignatureConfiguration
 
-    /// Dense hash → first query landmark index table, reused across queries (2²¹ entries). A raw
-    /// buffer: read once per posting, where an array property would pay a dynamic exclusivity check.
-    private let first: UnsafeMutableBufferPointer<Int32> = {
-        let b = UnsafeMutableBufferPointer<Int32>.allocate(capacity: 1 << Landmarks.hashBits)
-        b.initialize(repeating: -1)
-        return b
-    }()
     /// Decoded reference peaks of the candidates of the current query (all its skew trials).
     private var peakCache: [Int64: PeakIndex] = [:]
 
@@ -185,8 +178,6 @@ public final class Matcher {
         self.options = options
         configuration = catalog.configuration
     }
-
-    deinit { first.deallocate() }
 
     public func match(_ signature: Signature) throws -> MatchResult {
         try signature.validateForMatching(configuration: configuration)
@@ -336,22 +327,21 @@ public final class Matcher {
     private func matchOnce(_ signature: Signature, trials: Int, minimumHits: Int? = nil,
                            role: LandmarkRole = .query, skewed: Bool = false) throws -> MatchResult {
         let landmarks = Landmarks.extract(from: signature, role: role, configuration: configuration)
-        // Query landmarks sorted by hash; `first[h]` is the index of the first one with hash h (or −1).
+        // Query landmarks sorted by hash; `starts[k]` is the index of the first one with hash `distinct[k]`.
         let sorted = landmarks.sorted { ($0.hash, $0.frame) < ($1.hash, $1.frame) }
-        var distinct: [UInt32] = []
+        var distinct: [UInt32] = [], starts: [Int] = []
         distinct.reserveCapacity(sorted.count)
+        starts.reserveCapacity(sorted.count)
         for (i, l) in sorted.enumerated() where i == 0 || sorted[i - 1].hash != l.hash {
-            first[Int(l.hash)] = Int32(i)
             distinct.append(l.hash)
+            starts.append(i)
         }
-        defer { for h in distinct { first[Int(h)] = -1 } }
 
         var hits: [Hit] = []
         hits.reserveCapacity(landmarks.count * 4)
-        let first = self.first
-        try catalog.lookup(hashes: distinct) { hash, track, rframe in
-            var i = Int(first[Int(hash)])
-            guard i >= 0 else { return }
+        try catalog.lookup(hashes: distinct) { k, track, rframe in
+            let hash = distinct[k]
+            var i = starts[k]
             while i < sorted.count, sorted[i].hash == hash {
                 let q = sorted[i].frame
                 hits.append(Hit(key: Hit.key(track: track, offset: Int32(clamping: Int64(rframe) - Int64(q))), qframe: q, hash: hash))

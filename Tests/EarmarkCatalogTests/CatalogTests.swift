@@ -31,8 +31,9 @@ struct Posting: Hashable { var hash: UInt32; var track: Int64; var frame: UInt32
 func postings(_ catalog: Catalog, _ hashes: some Sequence<UInt32>) throws -> Set<Posting> {
     let wanted = Set(hashes)
     var out = Set<Posting>()
-    try catalog.lookup(hashes: Array(wanted)) { h, t, f in
-        if wanted.contains(h) { out.insert(Posting(hash: h, track: t, frame: f)) }
+    let asked = Array(wanted)
+    try catalog.lookup(hashes: asked) { i, t, f in
+        out.insert(Posting(hash: asked[i], track: t, frame: f))
     }
     return out
 }
@@ -131,7 +132,7 @@ struct CatalogContentTests {
         let askedLandmarks = Array(f.landmarksA.prefix(50))
         let asked = Array(Set(askedLandmarks.map(\.hash)))
         var raw: [Posting] = []
-        try catalog.lookup(hashes: asked) { h, t, fr in raw.append(Posting(hash: h, track: t, frame: fr)) }
+        try catalog.lookup(hashes: asked) { i, t, fr in raw.append(Posting(hash: asked[i], track: t, frame: fr)) }
         let stored = expected(f.landmarksA, track: f.a.id).union(expected(f.landmarksB, track: f.b.id))
         #expect(raw.count == Set(raw).count, "each posting once")
         #expect(Set(raw) == stored.filter { Set(asked).contains($0.hash) })

@@ -153,7 +153,7 @@ struct IndexSegmentTests {
 struct PostingIndexTests {
     func lookupAll(_ index: PostingIndex, _ keys: [UInt32]) throws -> Set<Found> {
         var out = Set<Found>()
-        try index.lookup(keys: keys) { out.insert(Found(key: $0, track: $1, frame: $2)) }
+        try index.lookup(keys: keys) { out.insert(Found(key: keys[$0], track: $1, frame: $2)) }
         return out
     }
 
