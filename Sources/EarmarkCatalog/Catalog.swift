@@ -28,7 +28,9 @@ public final class Catalog {
     public var inFilePostings = 1_000_000
 
     public let path: String
-    public let configuration: SignatureConfiguration
+    /// The signature algorithm of the catalog: the one asked for, or, when the default was asked for, whichever
+    /// released version the catalog was built with.
+    public private(set) var configuration: SignatureConfiguration
     private let db: SQLiteConnection
     /// Schema version of the file as opened (an older catalog opened read-only is not migrated).
     private var schemaOnDisk = Catalog.schemaVersion
@@ -150,6 +152,10 @@ public final class Catalog {
         schemaOnDisk = readOnly ? version : Catalog.schemaVersion
         try setPragmas()
         let sigVersion = try info("signature_version").flatMap(Int.init) ?? -1
+        if sigVersion != Int(configuration.version), configuration == .current,
+           let released = UInt16(exactly: sigVersion).flatMap(SignatureConfiguration.released(version:)) {
+            configuration = released
+        }
         guard sigVersion == Int(configuration.version) else {
             throw CatalogError(.versionMismatch,
                                "catalog was built with signature algorithm \(sigVersion); this build uses \(configuration.version). Build a new catalog from the source files",
@@ -341,7 +347,7 @@ public final class Catalog {
             }
             previous = p.frame
         }
-        if let l = landmarks.first(where: { $0.hash >= 1 << Landmarks.hashBits || Int($0.frame) > lastFrame }) {
+        if let l = landmarks.first(where: { UInt64($0.hash) >= 1 << UInt64(configuration.hashBits) || Int($0.frame) > lastFrame }) {
             throw CatalogError(.invalidArgument, "landmark (hash \(l.hash), frame \(l.frame)) does not fit a \(new.duration)-s track", path: path)
         }
         let metaJSON = String(decoding: try JSONEncoder().encode(new.metadata), as: UTF8.self)
@@ -413,13 +419,13 @@ public final class Catalog {
 
     /// Decodes a pending row's blob; nil unless it ends on a whole landmark, hashes ascend within the hash width
     /// and every frame is at or before `lastFrame`.
-    static func decodeLandmarks(_ raw: UnsafeRawBufferPointer, lastFrame: Int, _ body: (UInt32, UInt32) -> Void) -> Bool {
+    static func decodeLandmarks(_ raw: UnsafeRawBufferPointer, lastFrame: Int, hashBits: Int, _ body: (UInt32, UInt32) -> Void) -> Bool {
         var r = VarintReader(raw)
         var hash: UInt64 = 0
         while r.offset < raw.count {
             guard let d = r.next(), let frame = r.next(), frame <= UInt64(lastFrame) else { return false }
             hash += d
-            guard hash < 1 << UInt64(Landmarks.hashBits) else { return false }
+            guard hash < 1 << UInt64(hashBits) else { return false }
             body(UInt32(hash), UInt32(frame))
         }
         return true
@@ -569,7 +575,7 @@ public final class Catalog {
     // MARK: Hash index
 
     /// The landmark design this catalog's index keys come from; an index of another design is refused.
-    var keyDesign: String { "sig\(configuration.version)-\(Landmarks.keyDesign)" }
+    var keyDesign: String { configuration.keyDesign }
 
     /// The segment index, opened (and its manifest re-read when another process changed it). A connection
     /// that can write first indexes pending rows that no writer is about to flush (a writer that stopped
@@ -625,7 +631,7 @@ public final class Catalog {
                 guard let tid = UInt32(exactly: id), !select.isNull(2), !index.covers(tid) else { continue }
                 let lastFrame = lastStoredFrame(duration: select.double(2))
                 let whole = select.withBlob(1) { raw in
-                    Catalog.decodeLandmarks(raw, lastFrame: lastFrame) { postings.append(Posting(key: $0, track: tid, frame: $1)) }
+                    Catalog.decodeLandmarks(raw, lastFrame: lastFrame, hashBits: configuration.hashBits) { postings.append(Posting(key: $0, track: tid, frame: $1)) }
                 }
                 guard whole else { throw damaged("track \(id)'s pending landmarks are invalid") }
                 ids.append(tid)
@@ -784,7 +790,7 @@ public final class Catalog {
             guard let tid = UInt32(exactly: s.int64(0)), !index.covers(tid) else { continue }
             let lastFrame = lastStoredFrame(duration: s.double(2))
             let whole = s.withBlob(1) { raw in
-                Catalog.decodeLandmarks(raw, lastFrame: lastFrame) { postings.append(Posting(key: $0, track: tid, frame: $1)) }
+                Catalog.decodeLandmarks(raw, lastFrame: lastFrame, hashBits: configuration.hashBits) { postings.append(Posting(key: $0, track: tid, frame: $1)) }
             }
             guard whole else { throw damaged("track \(tid)'s pending landmarks are invalid") }
             tracks += 1
@@ -814,7 +820,7 @@ public final class Catalog {
             guard ids.contains(id), let tid = UInt32(exactly: id), !index.covers(tid) else { continue }
             let lastFrame = lastStoredFrame(duration: s.double(2))
             let whole = s.withBlob(1) { raw in
-                Catalog.decodeLandmarks(raw, lastFrame: lastFrame) { out[id, default: []].append(Landmark(hash: $0, frame: $1)) }
+                Catalog.decodeLandmarks(raw, lastFrame: lastFrame, hashBits: configuration.hashBits) { out[id, default: []].append(Landmark(hash: $0, frame: $1)) }
             }
             guard whole else { throw damaged("track \(id)'s pending landmarks are invalid") }
         }
@@ -1052,7 +1058,7 @@ public final class Catalog {
             guard let tid = UInt32(exactly: id), !index.covers(tid) else { continue }
             pending.insert(id)
             var n = 0
-            if !q.withBlob(1, { Catalog.decodeLandmarks($0, lastFrame: last) { _, _ in n += 1 } }) {
+            if !q.withBlob(1, { Catalog.decodeLandmarks($0, lastFrame: last, hashBits: configuration.hashBits) { _, _ in n += 1 } }) {
                 problem("track \(id): pending landmarks are invalid (cut short, out of order or past its end)")
             }
             postings[id, default: 0] += n

@@ -28,7 +28,7 @@ enum CatalogFuzzing {
             _ = try? catalog.analyses(trackID: id)
         }
         // Hashes spread over the whole hash space.
-        let shift = UInt32(Landmarks.hashBits - 8)
+        let shift = UInt32(catalog.configuration.hashBits - 8)
         let hashes: [UInt32] = (0..<256).map { (i: UInt32) -> UInt32 in i << shift | (i & 7) }
         var postings = 0
         try? catalog.lookup(hashes: hashes) { _, _, _ in postings += 1 }

@@ -1,6 +1,7 @@
-/// A hashed pair of peaks: anchor frequency, frequency difference and time difference, at the anchor's time.
+/// A hashed pair or triplet of peaks (see ``LandmarkShape``), at the anchor's time.
 public struct Landmark: Sendable, Equatable {
-    /// 21-bit hash: anchor bin (8 bits) · bin difference + 64 (7 bits) · frame difference (6 bits).
+    /// Pairs: a 21-bit hash, anchor bin (8 bits) · bin difference + 64 (7 bits) · frame difference (6 bits).
+    /// Triplets: 32 bits folded from anchor bin, two bin differences and two frame differences.
     public var hash: UInt32
     /// Frame of the anchor peak.
     public var frame: UInt32
@@ -25,10 +26,6 @@ public enum LandmarkRole: Sendable {
 
 /// Pairs a signature's peaks into landmark hashes.
 public enum Landmarks {
-    /// Bits in a landmark hash.
-    public static let hashBits = 21
-    /// Names the hash layout; a catalog's index records it and refuses another.
-    public static let keyDesign = "pairs21"
 
     /// The hash of an anchor/target pair; `dt` in frames (1…63), bins absolute. Each field keeps its
     /// low bits, also for bins outside the configuration's range (a damaged or crafted signature file).
@@ -37,6 +34,19 @@ public enum Landmarks {
         let a = UInt32(truncatingIfNeeded: anchorBin - configuration.minBin) & 0xFF
         let df = UInt32(truncatingIfNeeded: targetBin - anchorBin + 64) & 0x7F
         return a << 13 | df << 6 | UInt32(dt & 0x3F)
+    }
+
+    /// The hash of an anchor and two targets, `t1` before `t2` (or on the same frame, at a lower bin); frame
+    /// differences 1…63, bins absolute. The 34 bits of (anchor bin, both bin differences, both frame differences)
+    /// are folded into 32 by a multiplicative hash.
+    @inline(__always)
+    public static func hash(anchorBin: Int, first: (bin: Int, dt: Int), second: (bin: Int, dt: Int),
+                            configuration: SignatureConfiguration) -> UInt32 {
+        let a = UInt64(truncatingIfNeeded: anchorBin - configuration.minBin) & 0xFF
+        let d1 = UInt64(truncatingIfNeeded: first.bin - anchorBin + 64) & 0x7F
+        let d2 = UInt64(truncatingIfNeeded: second.bin - anchorBin + 64) & 0x7F
+        let raw = a << 26 | d1 << 19 | d2 << 12 | UInt64(first.dt & 0x3F) << 6 | UInt64(second.dt & 0x3F)
+        return UInt32(truncatingIfNeeded: (raw &* 0x9E37_79B9_7F4A_7C15) >> 32)
     }
 
     /// Landmarks of `signature` for `role`, ordered by anchor frame.
@@ -72,16 +82,31 @@ public enum Landmarks {
                 targets.sort { $0.level > $1.level || ($0.level == $1.level && $0.index < $1.index) }
                 targets.removeLast(targets.count - fanout)
             }
-            for t in targets {
-                let b = peaks[t.index]
-                let h = hash(anchorBin: Int(a.bin), targetBin: Int(b.bin), dt: Int(b.frame) - Int(a.frame),
-                             configuration: configuration)
+            func emit(_ h: UInt32) {
                 if suppressRepeats {
                     // Peaks out of frame order (only in a damaged file) wrap around and are never repeats.
-                    if let last = lastSeen[h], a.frame &- last <= UInt32(configuration.repeatSuppressionFrames) { continue }
+                    if let last = lastSeen[h], a.frame &- last <= UInt32(configuration.repeatSuppressionFrames) { return }
                     lastSeen[h] = a.frame
                 }
                 out.append(Landmark(hash: h, frame: a.frame))
+            }
+            switch configuration.landmarkShape {
+            case .pairs:
+                for t in targets {
+                    let b = peaks[t.index]
+                    emit(hash(anchorBin: Int(a.bin), targetBin: Int(b.bin), dt: Int(b.frame) - Int(a.frame), configuration: configuration))
+                }
+            case .triplets:
+                // Peaks come in (frame, bin) order, so index order is time order.
+                targets.sort { $0.index < $1.index }
+                for x in targets.indices {
+                    let b = peaks[targets[x].index]
+                    for y in targets.indices where y > x {
+                        let c = peaks[targets[y].index]
+                        emit(hash(anchorBin: Int(a.bin), first: (Int(b.bin), Int(b.frame) - Int(a.frame)),
+                                  second: (Int(c.bin), Int(c.frame) - Int(a.frame)), configuration: configuration))
+                    }
+                }
             }
         }
         return out

@@ -21,7 +21,8 @@ public struct Signature: Sendable, Equatable {
     /// Throws when the signature cannot be matched: made by another algorithm, out of shape (see
     /// ``validateStructure(configuration:)``), too short, or silent.
     public func validateForMatching(configuration: SignatureConfiguration = .current) throws {
-        guard configurationVersion == configuration.version else {
+        guard configurationVersion == configuration.version
+                || SignatureConfiguration.released(version: configurationVersion)?.hasSamePeaks(as: configuration) == true else {
             throw SignatureError(.versionMismatch,
                                  "signature made by algorithm version \(configurationVersion); this build uses \(configuration.version)")
         }

@@ -1,0 +1,67 @@
+import EarmarkSignature
+import EarmarkTestSupport
+import Foundation
+import Testing
+
+// Pair and triplet landmarks of real music: what a catalog stores for a track, a clip of it finds again.
+
+@Suite("Landmark shapes: pairs and triplets")
+struct LandmarkShapeTests {
+    /// The signature of 60 s of real music, and of a 10-s clip cut from it 20 s in (a separate decode).
+    func trackAndClip() throws -> (track: Signature, clip: Signature, offset: UInt32) {
+        let audio = try TestAudio.set()
+        let dir = try TemporaryDirectory("shapes")
+        let long = dir.file("long.wav"), short = dir.file("short.wav")
+        try Fixtures.cut(try audio.reference("pingus-5"), start: 10, seconds: 60, to: long)
+        try Fixtures.cut(try audio.reference("pingus-5"), start: 30, seconds: 10, to: short)
+        func sign(_ url: URL) throws -> Signature {
+            let g = SignatureGenerator(configuration: .current)
+            try g.append(try Fixtures.decode(url))
+            return g.signature()
+        }
+        return (try sign(long), try sign(short), 2_000)
+    }
+
+    @Test("of a clean clip, most reference landmarks of its stretch are among its query landmarks at the same offset, for both shapes",
+          arguments: [LandmarkShape.pairs, .triplets])
+    func clipFindsTrack(shape: LandmarkShape) throws {
+        let (track, clip, offset) = try trackAndClip()
+        let configuration = shape == .pairs ? SignatureConfiguration.current : .experimentalTriplets
+        let reference = Landmarks.extract(from: track, role: .reference, configuration: configuration)
+            .filter { $0.frame >= offset + 100 && $0.frame < offset + 900 }
+        let query = Set(Landmarks.extract(from: clip, role: .query, configuration: configuration).map { "\($0.hash)@\($0.frame + offset)" })
+        let found = reference.filter { query.contains("\($0.hash)@\($0.frame)") }.count
+        #expect(reference.count > 200)
+        #expect(Double(found) >= 0.8 * Double(reference.count), "\(found) of \(reference.count)")
+        // At another offset almost nothing lines up.
+        let shifted = reference.filter { query.contains("\($0.hash)@\($0.frame + 37)") }.count
+        #expect(Double(shifted) < 0.05 * Double(reference.count), "\(shifted) of \(reference.count) one offset off")
+    }
+
+    @Test("triplet hashes use all 32 bits and are far more specific than pairs: another piece of music shares far fewer of them")
+    func tripletsAreSpecific() throws {
+        let (track, _, _) = try trackAndClip()
+        let audio = try TestAudio.set()
+        let dir = try TemporaryDirectory("shapes-other")
+        let other = dir.file("other.wav")
+        try Fixtures.cut(try audio.reference("sorcerer"), start: 0, seconds: 60, to: other)
+        let g = SignatureGenerator(configuration: .current)
+        try g.append(try Fixtures.decode(other))
+        let otherSignature = g.signature()
+        let pairs = Landmarks.extract(from: track, role: .reference, configuration: .current)
+        let triplets = Landmarks.extract(from: track, role: .reference, configuration: .experimentalTriplets)
+        #expect(pairs.allSatisfy { $0.hash < 1 << 21 })
+        #expect(triplets.contains { $0.hash >= 1 << 31 })
+        // Same anchors and targets: 3 targets make 3 pairs or 3 triplets per anchor (before repeats are dropped).
+        #expect(abs(triplets.count - pairs.count) < pairs.count / 5, "\(triplets.count) triplets, \(pairs.count) pairs")
+        func sharedWithOther(_ configuration: SignatureConfiguration) -> Double {
+            let mine = Set(Landmarks.extract(from: track, role: .reference, configuration: configuration).map(\.hash))
+            let theirs = Set(Landmarks.extract(from: otherSignature, role: .reference, configuration: configuration).map(\.hash))
+            return Double(mine.intersection(theirs).count) / Double(mine.count)
+        }
+        let p = sharedWithOther(.current), t = sharedWithOther(.experimentalTriplets)
+        #expect(t < p / 10, "hashes also in another piece: triplets \(t), pairs \(p)")
+        #expect(SignatureConfiguration.current.keyDesign != SignatureConfiguration.experimentalTriplets.keyDesign)
+        #expect(SignatureConfiguration.experimentalTriplets.hasSamePeaks(as: .current))
+    }
+}
