@@ -10,6 +10,10 @@
 # cache and evicted from it (posix_fadvise on the catalog's own files). A summary table ends the run,
 # with each size's latencies relative to the smallest.
 #
+# Each size has a time budget (MINUTES, default 14; 0: none): three quarters for the matching process,
+# which takes the clips in an order that measures every degradation × length cell however far it gets
+# (the summary's "clips" column says how far), a quarter for the CLI runs.
+#
 # Catalogs are cached under ~/.cache/earmark-corpus/scale (scale-SIZEh-seedN-sigV.earcat, built under a
 # temporary name and renamed when complete); a larger one starts as a copy of the next smaller. Clip
 # signatures are cached there too. The first 10,000-h build takes hours; once the catalogs are cached,
@@ -19,6 +23,7 @@
 #   SIZES=100 QUERIES=bench-3-60 tools/scale-bench.sh  # a quick run
 #   SKEW=1 tools/scale-bench.sh                        # also the skew set (speed ±5/±10 %, tempo ±10 %, pitch ±1 semitone, 10 s)
 #   SEED=2 tools/scale-bench.sh                        # other synthetic tracks (other catalogs)
+#   MINUTES=0 tools/scale-bench.sh                     # every clip at every size, however long it takes
 #   tools/scale-bench.sh --cold-sample 20              # extra earmark-scale-bench flags (see earmark-scale-bench --help)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -27,6 +32,7 @@ SHARED=${EARMARK_SHARED:-../shared}
 SIZES=${SIZES:-100,1000,10000}
 QUERIES=${QUERIES:-bench-23-300}
 SEED=${SEED:-1}
+MINUTES=${MINUTES:-14}
 QDIR=$ROOT/queries/$QUERIES
 
 bash tools/setup.sh </dev/null
@@ -59,5 +65,5 @@ bin="$(swift build -c release --scratch-path .build/tools --show-bin-path)"
 mkdir -p "$ROOT/scale/logs"
 log="$ROOT/scale/logs/scale-bench-$(date -u +%Y%m%dT%H%M%SZ).log"
 "$bin/earmark-scale-bench" --corpus "$ROOT/corpus/public" --queries "$QDIR" "${skew[@]}" --sizes "$SIZES" --seed "$SEED" \
-  --cache "$ROOT/scale" --earmark "$bin/earmark" "$@" 2>&1 | tee "$log"
+  --minutes "$MINUTES" --cache "$ROOT/scale" --earmark "$bin/earmark" "$@" 2>&1 | tee "$log"
 echo "output kept in $log"

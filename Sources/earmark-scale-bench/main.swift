@@ -20,17 +20,21 @@ struct Options {
     var cache = FileManager.default.homeDirectoryForCurrentUser.path + "/.cache/earmark-corpus/scale"
     var earmark: String?
     var coldSample = 10
+    /// Time budget per size, in minutes (0: none): three quarters for the matching process, a quarter for the CLI runs.
+    var minutes = 14.0
     var workers = ProcessInfo.processInfo.activeProcessorCount
 }
 
 func usage(_ status: Int32) -> Never {
     FileHandle.standardError.write(Data("""
     usage: earmark-scale-bench --corpus DIR/corpus/public --queries DIR/queries/NAME [--skew-queries DIR/queries/NAME]
-                               [--sizes 100,1000,10000] [--seed N] [--cache DIR] [--earmark PATH] [--cold-sample N] [--workers N]
+                               [--sizes 100,1000,10000] [--seed N] [--cache DIR] [--earmark PATH] [--cold-sample N] [--minutes M] [--workers N]
       --sizes         catalog sizes in hours of audio, built (or taken from --cache) in increasing order
       --cache         where catalogs and clip signatures are kept (default ~/.cache/earmark-corpus/scale)
       --earmark       the CLI timed as a fresh process (default: earmark next to this executable)
-      --cold-sample   matched and negative 10-s clips each timed through the CLI (default 10)
+      --cold-sample   positive and negative 10-s clips each timed through the CLI (default 10)
+      --minutes       time budget per size (default 14; 0: none): 3/4 for matching the clips, which are taken in an
+                      order that measures every degradation × length cell however far it gets, 1/4 for the CLI runs
 
     """.utf8))
     exit(status)
@@ -52,6 +56,7 @@ func parseOptions(_ arguments: [String]) -> Options {
         case "--cache": o.cache = args.next() ?? o.cache
         case "--earmark": o.earmark = args.next()
         case "--cold-sample": o.coldSample = max(0, Int(args.next() ?? "") ?? o.coldSample)
+        case "--minutes": o.minutes = max(0, Double(args.next() ?? "") ?? o.minutes)
         case "--workers": o.workers = max(1, Int(args.next() ?? "") ?? o.workers)
         case "--help", "-h": usage(0)
         default: usage(2)
@@ -287,36 +292,56 @@ struct RealTrack: Sendable {
     var modified: Double?
 }
 
-/// Full signature (all ranks) and audio digest of one corpus track, as `catalog add` would store it.
-@concurrent func fingerprintReal(id: String, path: String) async throws -> RealTrack {
-    let f = try Fingerprinter.fingerprint(path: path, digest: true)
+/// Full signature (all ranks) and audio digest of one corpus track, as `catalog add` would store them. Kept in
+/// `folder` as ID.earsig and ID.stamp (path, size, modification time and digest): a track whose file has not
+/// changed is read from there instead of decoded.
+@concurrent func fingerprintReal(id: String, path: String, folder: String) async throws -> (track: RealTrack, cached: Bool) {
     let abs = URL(fileURLWithPath: path).standardizedFileURL.path
-    let a = try? FileManager.default.attributesOfItem(atPath: abs)
-    return RealTrack(id: id, path: abs, signature: f.signature, contentHash: f.contentHash,
-                     size: (a?[.size] as? Int).map { Int64($0) }, modified: (a?[.modificationDate] as? Date)?.timeIntervalSince1970)
+    let a = try FileManager.default.attributesOfItem(atPath: abs)
+    let size = (a[.size] as? Int).map { Int64($0) }
+    let modified = (a[.modificationDate] as? Date)?.timeIntervalSince1970
+    let stamp = "\(abs)\t\(size ?? -1)\t\(modified ?? -1)\t"
+    let (sigPath, stampPath) = (folder + "/" + id + ".earsig", folder + "/" + id + ".stamp")
+    if let kept = try? String(contentsOfFile: stampPath, encoding: .utf8), kept.hasPrefix(stamp),
+       let signature = try? Fingerprinter.readSignatureFile(path: sigPath) {
+        return (RealTrack(id: id, path: abs, signature: signature, contentHash: String(kept.dropFirst(stamp.count)),
+                          size: size, modified: modified), true)
+    }
+    let f = try Fingerprinter.fingerprint(path: path, digest: true)
+    try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+    try f.signature.dataRepresentation().write(to: URL(fileURLWithPath: sigPath), options: .atomic)
+    try (stamp + f.contentHash).write(toFile: stampPath, atomically: true, encoding: .utf8)
+    return (RealTrack(id: id, path: abs, signature: f.signature, contentHash: f.contentHash, size: size, modified: modified), false)
 }
 
-func loadRealTracks(_ manifest: [[String: String]], workers: Int) async throws -> [RealTrack] {
+/// The corpus's tracks, in manifest order (the generator's source indices), fingerprinted or read from `cache`.
+func loadRealTracks(_ manifest: [[String: String]], cache: String, workers: Int) async throws -> [RealTrack] {
     let clock = ContinuousClock()
     let t0 = clock.now
+    let folder = cache + "/sources-sig\(SignatureConfiguration.current.version)"
     var out = [RealTrack?](repeating: nil, count: manifest.count)
-    try await withThrowingTaskGroup(of: (Int, RealTrack).self) { group in
+    var cached = 0
+    try await withThrowingTaskGroup(of: (Int, RealTrack, Bool).self) { group in
         var next = 0
         func launch() {
             guard next < manifest.count else { return }
             let (i, id, path) = (next, manifest[next]["id"]!, manifest[next]["path"]!)
             next += 1
-            group.addTask { (i, try await fingerprintReal(id: id, path: path)) }
+            group.addTask {
+                let r = try await fingerprintReal(id: id, path: path, folder: folder)
+                return (i, r.track, r.cached)
+            }
         }
         for _ in 0..<workers { launch() }
-        while let (i, t) = try await group.next() {
+        while let (i, t, wasCached) = try await group.next() {
             out[i] = t
+            if wasCached { cached += 1 }
             launch()
         }
     }
     let tracks = out.map { $0! }
     let audio = tracks.reduce(0) { $0 + $1.signature.duration }
-    say("sources: \(tracks.count) real tracks, \(fmt(audio / 3600, 2)) h, fingerprinted in \(fmt(seconds(clock.now - t0), 1)) s")
+    say("sources: \(tracks.count) real tracks, \(fmt(audio / 3600, 2)) h (\(tracks.count - cached) fingerprinted now, \(cached) kept in \(folder)) in \(fmt(seconds(clock.now - t0), 1)) s")
     return tracks
 }
 
@@ -538,6 +563,9 @@ struct ChildResult: Codable {
     var key: String
     var top: String?
     var significance: Double?
+    /// The stretch of the top match's track that was heard, in seconds.
+    var referenceStart: Double?
+    var referenceEnd: Double?
     var ms: Double
     var error: String?
 }
@@ -546,13 +574,15 @@ struct ChildReport: Codable {
     var openMs: Double
     var firstMs: Double
     var secondMs: Double
+    /// In list order; fewer than listed when the time budget ran out.
     var results: [ChildResult]
 }
 
-/// `__match CATALOG LIST OUT`: opens the catalog read-only, matches every signature listed (lines of
-/// key TAB path: the first twice, the second twice, then all in order) and writes a ChildReport as JSON.
-/// Only `matcher.match` is timed; each signature is read just before it is matched and dropped after.
-func runChild(catalogPath: String, list: String, out: String) throws {
+/// `__match CATALOG LIST OUT SECONDS`: opens the catalog read-only, matches the signatures listed (lines of
+/// key TAB path: the first, the second, then all in order, until SECONDS have passed; 0: no limit) and
+/// writes a ChildReport as JSON. Only `matcher.match` is timed; each signature is read just before it is
+/// matched and dropped after, so the peak RSS is the matcher's.
+func runChild(catalogPath: String, list: String, out: String, budget: Double) throws {
     let clock = ContinuousClock()
     let items = readTSV(list).map { ($0["key"]!, $0["path"]!) }
     let t0 = clock.now
@@ -565,7 +595,8 @@ func runChild(catalogPath: String, list: String, out: String) throws {
         let t = clock.now
         do {
             let top = try matcher.match(sig).matches.first
-            return ChildResult(key: item.0, top: top?.track.title, significance: top?.significance, ms: seconds(clock.now - t) * 1000)
+            return ChildResult(key: item.0, top: top?.track.title, significance: top?.significance, referenceStart: top?.referenceStart,
+                               referenceEnd: top?.referenceEnd, ms: seconds(clock.now - t) * 1000)
         } catch {
             return ChildResult(key: item.0, ms: seconds(clock.now - t) * 1000, error: "\(error)")
         }
@@ -574,11 +605,33 @@ func runChild(catalogPath: String, list: String, out: String) throws {
     let secondMs = items.count > 1 ? once(items[1]).ms : .nan
     var results: [ChildResult] = []
     for (n, item) in items.enumerated() {
+        if budget > 0, seconds(clock.now - t0) > budget {
+            note("  time budget of \(fmt(budget / 60, 1)) min spent after \(n) of \(items.count) clips")
+            break
+        }
         results.append(once(item))
-        if (n + 1) % 500 == 0 { note("  matched \(n + 1)/\(items.count)") }
+        if (n + 1) % 500 == 0 { note("  matched \(n + 1)/\(items.count) in \(fmt(seconds(clock.now - t0), 0)) s") }
     }
     try JSONEncoder().encode(ChildReport(openMs: openMs, firstMs: firstMs, secondMs: secondMs, results: results))
         .write(to: URL(fileURLWithPath: out))
+}
+
+/// The clips in an order whose every prefix holds each cell (query set, kind, degradation, length) about
+/// equally often: the cells take turns, in a fixed pseudo-random order, as do the clips of each cell. A run
+/// cut short by its time budget still measures every cell.
+func stratified(_ clips: [Clip], seed: UInt64) -> [Clip] {
+    var cells: [String: [Clip]] = [:]
+    for c in clips {
+        cells["\(c.querySet) \(c.row["kind"] ?? "") \(c.row["degradation"] ?? "") \(c.duration)", default: []].append(c)
+    }
+    let queues = cells.sorted { scrambled($0.key, seed: seed) < scrambled($1.key, seed: seed) }
+        .map { $0.value.sorted { scrambled($0.key, seed: seed) < scrambled($1.key, seed: seed) } }
+    var out: [Clip] = []
+    out.reserveCapacity(clips.count)
+    for turn in 0..<(queues.map(\.count).max() ?? 0) {
+        for q in queues where turn < q.count { out.append(q[turn]) }
+    }
+    return out
 }
 
 // MARK: - Measuring one size
@@ -597,7 +650,11 @@ struct SizeSummary {
     var audioHours: Double
     var bytes: Int64
     var buildRealTime: Double
+    /// Clips matched of those there were (fewer when the time budget ran out).
+    var coverage: (Int, Int)
     var recall: (Int, Int)
+    /// Of the misses, answers in a synthetic copy of the clip's own audio.
+    var lookAlikes: Int
     var falsePositives: (Int, Int)
     var match10: Latency
     var none10: Latency
@@ -610,6 +667,9 @@ struct SizeSummary {
 
 struct Context {
     var options: Options
+    var generator: SyntheticTrackGenerator
+    /// Corpus id → index of its signature among the generator's sources.
+    var sourceIndex: [String: Int]
     var overlaps: [String: Set<String>]
     var realIDs: Set<String>
     var earmark: String
@@ -640,6 +700,21 @@ func silentReferenceClips(_ failed: [Clip], catalogPath: String) throws -> Set<S
     return out
 }
 
+/// Whether the synthetic track a clip was matched to was heard, over the matched stretch, in a piece cut
+/// from the clip's own track around where the clip was cut: a bin-shifted, time-scaled copy of the clip's
+/// audio, which a matcher that undoes pitch and speed changes can find as well as the original.
+func lookAlike(_ c: Clip, _ r: ChildResult, context: Context) -> Bool {
+    let prefix = "Synthetic \(context.generator.seed)-"
+    guard let title = r.top, title.hasPrefix(prefix), let index = Int(title.dropFirst(prefix.count)),
+          let a = r.referenceStart, let b = r.referenceEnd, let source = c.row["track_id"].flatMap({ context.sourceIndex[$0] }),
+          let offset = Double(c.row["offset_s"] ?? "") else { return false }
+    let fd = context.generator.configuration.frameDuration
+    let (lo, hi) = (offset - 1, offset + c.duration * 1.1 + 1)
+    return context.generator.track(index).stretches.contains { s in
+        s.source == source && s.outputStart < b && s.outputStart + Double(s.outputFrames.count) * fd > a && s.sourceStart < hi && s.sourceEnd > lo
+    }
+}
+
 func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], context: Context) throws -> SizeSummary {
     let o = context.options
     let stats = try Catalog(path: catalog.path, readOnly: true).stats()
@@ -652,8 +727,10 @@ func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], conte
     let tmp = NSTemporaryDirectory() + "earmark-scale-bench-\(getpid())-\(catalog.hours)"
     defer { try? FileManager.default.removeItem(atPath: tmp + ".tsv"); try? FileManager.default.removeItem(atPath: tmp + ".json") }
     let usable = clips.filter { $0.error == nil }
-    try ("key\tpath\n" + usable.map { "\($0.key)\t\($0.signaturePath)\n" }.joined()).write(toFile: tmp + ".tsv", atomically: true, encoding: .utf8)
-    let child = spawn([context.selfPath, "__match", catalog.path, tmp + ".tsv", tmp + ".json"], quiet: false)
+    let ordered = stratified(usable, seed: o.seed)
+    try ("key\tpath\n" + ordered.map { "\($0.key)\t\($0.signaturePath)\n" }.joined()).write(toFile: tmp + ".tsv", atomically: true, encoding: .utf8)
+    let warmBudget = o.minutes * 60 * 0.75
+    let child = spawn([context.selfPath, "__match", catalog.path, tmp + ".tsv", tmp + ".json", "\(warmBudget)"], quiet: false)
     guard child.status == 0, let data = FileManager.default.contents(atPath: tmp + ".json") else {
         throw CatalogError(.ioError, "the matching process failed (exit \(child.status))", path: catalog.path)
     }
@@ -661,12 +738,17 @@ func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], conte
     var resultOf: [String: ChildResult] = [:]
     for r in report.results { resultOf[r.key] = r }
     for c in clips where c.error != nil { resultOf[c.key] = ChildResult(key: c.key, ms: 0, error: c.error) }
+    // Clips the time budget left unmatched count nowhere.
+    let measured = clips.filter { resultOf[$0.key] != nil }
+    let coverage = (report.results.count, usable.count)
     let rssMB = Double(child.peakRSSKB) / 1024
-    say("matching process: \(report.results.count) clips in \(fmt(child.seconds, 1)) s; open \(fmt(report.openMs, 1)) ms, first query \(fmt(report.firstMs, 1)) ms, second query \(fmt(report.secondMs, 1)) ms (the matcher may copy the index into memory then); peak RSS \(fmt(rssMB, 0)) MB")
+    say("matching process: \(report.results.count) of \(usable.count) clips in \(fmt(child.seconds, 1)) s"
+        + (coverage.0 < coverage.1 ? " (time budget \(fmt(warmBudget / 60, 1)) min; every degradation × length cell still measured)" : "")
+        + "; open \(fmt(report.openMs, 1)) ms, first query \(fmt(report.firstMs, 1)) ms, second query \(fmt(report.secondMs, 1)) ms (the matcher may copy the index into memory then); peak RSS \(fmt(rssMB, 0)) MB")
 
     // --- Recall --------------------------------------------------------------------------------------
-    let main = clips.filter { $0.querySet == "main" }
-    let failedPositives = clips.filter { $0.isPositive && resultOf[$0.key]?.error != nil }
+    let main = measured.filter { $0.querySet == "main" }
+    let failedPositives = measured.filter { $0.isPositive && resultOf[$0.key]?.error != nil }
     let silent = try silentReferenceClips(failedPositives, catalogPath: catalog.path)
     func correct(_ c: Clip) -> Bool { isCorrect(c.row["track_id"], resultOf[c.key]?.top, context.overlaps) }
     func recallTable(_ positives: [Clip]) {
@@ -683,14 +765,19 @@ func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], conte
             say(line + lpad(fmt(100 * Double(row.filter(correct).count) / Double(max(1, row.count))), 8) + lpad("\(row.count)", 7))
         }
     }
+    /// Wrong answers that are look-alikes (see ``lookAlike(_:_:context:)``).
+    func lookAlikes(_ positives: [Clip]) -> Int { positives.filter { !correct($0) && lookAlike($0, resultOf[$0.key]!, context: context) }.count }
     func misses(_ positives: [Clip]) -> String {
         let wrong = positives.filter { !correct($0) }
         let none = wrong.filter { resultOf[$0.key]?.top == nil }.count
         let real = wrong.filter { resultOf[$0.key]?.top.map(context.realIDs.contains) ?? false }.count
+        let alike = lookAlikes(positives)
         return "misses: \(none) no match, \(real) another real track, \(wrong.count - none - real) a synthetic track"
+            + (alike > 0 ? " (\(alike) of them in a stretch cut from the clip's own track where the clip was cut: a bin-shifted, time-scaled copy of the clip's audio; recall@1 counting those right: \(percent(positives.filter(correct).count + alike, positives.count)))" : "")
     }
     let positives = main.filter { $0.isPositive && !silent.contains($0.key) }
     let hits = positives.filter(correct).count
+    let alike = lookAlikes(positives)
     say("")
     say("recall@1 (%) by degradation and clip length")
     recallTable(positives)
@@ -699,7 +786,7 @@ func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], conte
     let negatives = main.filter { $0.row["kind"] == "neg" }
     let fps = negatives.filter { resultOf[$0.key]?.top != nil }
     say("false positives on negative clips: \(fps.count)/\(negatives.count) = \(percent(fps.count, negatives.count))"
-          + (fps.isEmpty ? "" : " (" + fps.prefix(6).map { "\($0.row["qid"]!) → \(resultOf[$0.key]!.top!)" }.joined(separator: ", ") + ")"))
+          + (fps.isEmpty ? "" : " (" + fps.prefix(6).map { "\($0.row["qid"]!) → \(resultOf[$0.key]!.top!)" }.joined(separator: ", ") + (fps.count > 6 ? ", …" : "") + ")"))
     let errors = main.filter { resultOf[$0.key]?.error != nil && !silent.contains($0.key) }
     if !errors.isEmpty { say("query errors: \(errors.count) (e.g. \(errors[0].row["qid"]!): \(resultOf[errors[0].key]!.error!))") }
 
@@ -718,7 +805,7 @@ func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], conte
 
     // --- Skew set --------------------------------------------------------------------------------
     var skewRecall: (Int, Int)?
-    let skew = clips.filter { $0.querySet == "skew" && $0.isPositive && !silent.contains($0.key) }
+    let skew = measured.filter { $0.querySet == "skew" && $0.isPositive && !silent.contains($0.key) }
     if !skew.isEmpty {
         let c = skew.filter(correct).count
         skewRecall = (c, skew.count)
@@ -729,30 +816,47 @@ func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], conte
         let skewed = skew.compactMap { c in resultOf[c.key].flatMap { $0.error == nil ? $0 : nil } }
         for (label, matched) in [("matched", true), ("no match", false)] {
             let l = Latency(skewed.filter { ($0.top != nil) == matched }.map(\.ms))
-            say("  warm latency, \(label): n \(l.n), median \(fmt(l.median, 1)) ms, p95 \(fmt(l.p95, 1)) ms, p99 \(fmt(l.p99, 1)) ms")
+            if l.n > 0 { say("  warm latency, \(label): n \(l.n), median \(fmt(l.median, 1)) ms, p95 \(fmt(l.p95, 1)) ms, p99 \(fmt(l.p99, 1)) ms") }
         }
     }
 
     // --- Cold latency through the CLI ------------------------------------------------------------
+    // Positive and negative 10-s clips in turn; half the cold budget with the catalog in the page cache,
+    // half with it evicted before each run; each half runs at least one clip.
     var coldCached = Double.nan, coldEvicted = Double.nan
     let tens = usable.filter { $0.querySet == "main" && $0.duration == 10 }
     func pick(_ cs: [Clip]) -> [Clip] {
         Array(cs.sorted { scrambled($0.key, seed: o.seed) < scrambled($1.key, seed: o.seed) }.prefix(o.coldSample))
     }
-    let sample = pick(tens.filter(\.isPositive)) + pick(tens.filter { $0.row["kind"] == "neg" })
+    let (pos, neg) = (pick(tens.filter(\.isPositive)), pick(tens.filter { $0.row["kind"] == "neg" }))
+    var sample: [Clip] = []
+    for i in 0..<max(pos.count, neg.count) {
+        if i < pos.count { sample.append(pos[i]) }
+        if i < neg.count { sample.append(neg[i]) }
+    }
     if !sample.isEmpty {
+        let clock = ContinuousClock()
+        let half = o.minutes * 60 * 0.25 / 2
         func run(_ c: Clip) -> Exit {
             spawn([context.earmark, "match", c.signaturePath, "--catalog", catalog.path, "--json"], quiet: true)
         }
+        func runAll(before: () -> Void) -> [Exit] {
+            let t0 = clock.now
+            var out: [Exit] = []
+            for c in sample {
+                if !out.isEmpty, o.minutes > 0, seconds(clock.now - t0) > half { break }
+                before()
+                out.append(run(c))
+            }
+            return out
+        }
         loadIntoPageCache(catalog.path)
         _ = run(sample[0])   // the CLI's own binary and libraries into the cache too
-        let cached = sample.map(run)
-        var evicted: [Exit] = []
-        var leftResident: [Int64] = []
-        for c in sample {
+        let cached = runAll {}
+        var leftResident: Int64 = 0
+        let evicted = runAll {
             evictFromPageCache(catalog.path)
-            leftResident.append(residentBytes(catalog.path))
-            evicted.append(run(c))
+            leftResident = max(leftResident, residentBytes(catalog.path))
         }
         let broken = (cached + evicted).filter { $0.status > 1 }
         if !broken.isEmpty { say("cold runs: \(broken.count) CLI runs failed (exit \(broken[0].status))") }
@@ -764,13 +868,14 @@ func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], conte
         coldCached = percentile(cached.map { $0.seconds * 1000 }, 0.5)
         coldEvicted = percentile(evicted.map { $0.seconds * 1000 }, 0.5)
         say("")
-        say("cold queries: `earmark match CLIP.earsig --catalog … --json` as a fresh process, \(sample.filter(\.isPositive).count) positive + \(sample.filter { !$0.isPositive }.count) negative 10-s clips")
-        say("  catalog in the page cache:  " + describe(cached))
-        say("  catalog evicted before each: " + describe(evicted))
-        say("  (after eviction at most \(mb(leftResident.max() ?? 0)) of the catalog's \(mb(total)) stayed in the page cache)")
+        say("cold queries: `earmark match CLIP.earsig --catalog … --json` as a fresh process, \(pos.count) positive and \(neg.count) negative 10-s clips in turn")
+        say("  catalog in the page cache, \(cached.count) runs: " + describe(cached))
+        say("  catalog evicted before each, \(evicted.count) runs: " + describe(evicted))
+        say("  (after each eviction at most \(mb(leftResident)) of the catalog's \(mb(total)) stayed in the page cache)")
     }
     return SizeSummary(hours: catalog.hours, tracks: stats.trackCount, audioHours: stats.totalDuration / 3600, bytes: total,
-                       buildRealTime: record?.realTimeFactor ?? .nan, recall: (hits, positives.count), falsePositives: (fps.count, negatives.count),
+                       buildRealTime: record?.realTimeFactor ?? .nan, coverage: coverage, recall: (hits, positives.count), lookAlikes: alike,
+                       falsePositives: (fps.count, negatives.count),
                        match10: latency(matched: true, tenSeconds: true), none10: latency(matched: false, tenSeconds: true),
                        firstMs: report.firstMs, coldCached: coldCached, coldEvicted: coldEvicted, peakRSSMB: rssMB, skewRecall: skewRecall)
 }
@@ -778,15 +883,16 @@ func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], conte
 func printSummary(_ rows: [SizeSummary]) {
     guard let base = rows.first else { return }
     say("")
-    say("== summary (latencies in ms; 10-s clips; build × real time of the tracks each build added)")
-    let header = ["size", "tracks", "hours", "MB", "MB/h", "build ×RT", "recall", "FP", "match med", "match p99", "none med", "none p99",
+    say("== summary (latencies in ms, of 10-s clips; build × real time: of the tracks each build added; clips: matched within the time budget; "
+        + "+alike: recall counting answers in a synthetic copy of the clip's own audio as right)")
+    let header = ["size", "tracks", "hours", "MB", "MB/h", "build ×RT", "clips", "recall", "+alike", "FP", "match med", "match p99", "none med", "none p99",
                   "first q", "cold cached", "cold evicted", "RSS MB"] + (rows.contains { $0.skewRecall != nil } ? ["skew recall"] : [])
     let widths = header.map { max(8, $0.count + 2) }
     func line(_ cells: [String]) -> String { zip(cells, widths).map { lpad($0, $1) }.joined() }
     say(line(header))
     for r in rows {
         var cells = ["\(r.hours) h", "\(r.tracks)", fmt(r.audioHours, 1), fmt(Double(r.bytes) / 1e6, 1), fmt(Double(r.bytes) / 1e6 / r.audioHours, 3),
-                     fmt(r.buildRealTime, 0), percent(r.recall.0, r.recall.1), "\(r.falsePositives.0)/\(r.falsePositives.1)",
+                     fmt(r.buildRealTime, 0), r.coverage.0 == r.coverage.1 ? "all" : "\(r.coverage.0)/\(r.coverage.1)", percent(r.recall.0, r.recall.1), "\(r.falsePositives.0)/\(r.falsePositives.1)",
                      fmt(r.match10.median, 1), fmt(r.match10.p99, 1), fmt(r.none10.median, 1), fmt(r.none10.p99, 1),
                      fmt(r.firstMs, 1), fmt(r.coldCached, 0), fmt(r.coldEvicted, 0), fmt(r.peakRSSMB, 0)]
         if let s = r.skewRecall { cells.append(percent(s.0, s.1)) } else if header.count > cells.count { cells.append("-") }
@@ -811,8 +917,8 @@ func printSummary(_ rows: [SizeSummary]) {
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 if arguments.first == "__match" {
-    guard arguments.count == 4 else { usage(2) }
-    do { try runChild(catalogPath: arguments[1], list: arguments[2], out: arguments[3]) } catch { note("matching process: \(error)"); exit(2) }
+    guard arguments.count == 5, let budget = Double(arguments[4]) else { usage(2) }
+    do { try runChild(catalogPath: arguments[1], list: arguments[2], out: arguments[3], budget: budget) } catch { note("matching process: \(error)"); exit(2) }
     exit(0)
 }
 
@@ -830,7 +936,6 @@ if FileManager.default.fileExists(atPath: overlapPath) {
         if let a = r["id_a"], let b = r["id_b"] { overlaps[a, default: []].insert(b); overlaps[b, default: []].insert(a) }
     }
 }
-let context = Context(options: o, overlaps: overlaps, realIDs: Set(manifest.compactMap { $0["id"] }), earmark: earmark, selfPath: selfPath)
 say("earmark-scale-bench: sizes \(o.sizes.map { "\($0) h" }.joined(separator: ", ")), seed \(o.seed), signature version \(version), \(o.workers) workers, cache \(o.cache)")
 
 var clips = await prepareClips(o.queries, set: "main", cache: o.cache, workers: o.workers)
@@ -844,8 +949,11 @@ func cachedSizes(in cache: String, seed: UInt64, version: UInt16) -> [Int] {
     }.sorted()
 }
 
-var real: [RealTrack]?
-var generator: SyntheticTrackGenerator?
+// The real tracks are needed to build catalogs and to tell which synthetic tracks copy a clip's audio.
+let real = try await loadRealTracks(manifest, cache: o.cache, workers: o.workers)
+let generator = SyntheticTrackGenerator(sources: real.map(\.signature), seed: o.seed)
+let context = Context(options: o, generator: generator, sourceIndex: Dictionary(real.enumerated().map { ($1.id, $0) }, uniquingKeysWith: { a, _ in a }),
+                      overlaps: overlaps, realIDs: Set(real.map(\.id)), earmark: earmark, selfPath: selfPath)
 var summaries: [SizeSummary] = []
 for hours in o.sizes {
     let target = ScaleCatalog(hours: hours, seed: o.seed, version: version, folder: o.cache)
@@ -854,19 +962,14 @@ for hours in o.sizes {
     var record = (try? Data(contentsOf: URL(fileURLWithPath: target.recordPath))).flatMap { try? JSONDecoder().decode(BuildRecord.self, from: $0) }
     if target.exists {
         say("cached" + (record.map { r in
-            " (built \(r.date)\(r.base.map { " from \($0)" } ?? ""): \(r.addedTracks) tracks added in \(fmt(r.wallSeconds, 0)) s = \(fmt(r.tracksPerSecond, 1)) tracks/s, \(fmt(r.realTimeFactor, 0))× real time)"
+            " (built \(r.date)\(r.base.map { " from \($0)" } ?? ""): \(r.addedTracks) tracks added in \(fmt(r.wallSeconds - r.copySeconds, 0)) s = \(fmt(r.tracksPerSecond, 1)) tracks/s, \(fmt(r.realTimeFactor, 0))× real time)"
         } ?? ""))
     } else {
-        if real == nil {
-            let r = try await loadRealTracks(manifest, workers: o.workers)
-            real = r
-            generator = SyntheticTrackGenerator(sources: r.map(\.signature), seed: o.seed)
-        }
         let base = cachedSizes(in: o.cache, seed: o.seed, version: version).last { $0 < hours }.map { ScaleCatalog(hours: $0, seed: o.seed, version: version, folder: o.cache) }
         say("building " + (base.map { "from a copy of \($0.name)" } ?? "from scratch") + " …")
-        let r = try await build(target, base: base, real: real!, generator: generator!, workers: o.workers)
+        let r = try await build(target, base: base, real: real, generator: generator, workers: o.workers)
         record = r
-        say("built: \(r.tracks) tracks, \(fmt(r.audioSeconds / 3600, 2)) h; added \(r.addedTracks) tracks (\(fmt(r.addedSeconds / 3600, 2)) h, \(r.rejected) refused) in \(fmt(r.wallSeconds, 1)) s wall (copy \(fmt(r.copySeconds, 1)) s) = \(fmt(r.tracksPerSecond, 1)) tracks/s, \(fmt(r.realTimeFactor, 0))× real time (adds only; sources fingerprinted before); writer busy \(fmt(100 * r.writeSeconds / (r.wallSeconds - r.copySeconds), 0))% of the time")
+        say("built: \(r.tracks) tracks, \(fmt(r.audioSeconds / 3600, 2)) h; added \(r.addedTracks) tracks (\(fmt(r.addedSeconds / 3600, 2)) h, \(r.rejected) refused) in \(fmt(r.wallSeconds - r.copySeconds, 1)) s wall (copy \(fmt(r.copySeconds, 1)) s more) = \(fmt(r.tracksPerSecond, 1)) tracks/s, \(fmt(r.realTimeFactor, 0))× real time; writer busy \(fmt(100 * r.writeSeconds / (r.wallSeconds - r.copySeconds), 0))% of the time")
     }
     summaries.append(try measure(target, record: record, clips: clips, context: context))
 }
