@@ -434,15 +434,23 @@ func lastSyntheticIndex(_ catalog: Catalog, seed: UInt64) throws -> Int? {
 }
 
 /// Builds `target` under its building name and renames it when complete: from a copy of `base` when given
-/// (continuing its synthetic tracks), else from the real tracks first.
+/// (continuing its synthetic tracks), else from the real tracks first. An interrupted build of `target`
+/// that got as far as its synthetic tracks is continued instead: it holds the real tracks and synthetic
+/// tracks 0…k, each committed on its own. (That holds of today's storage, where every add is durable by
+/// itself; with the redesigned index, a build killed between two finishWrites may need checking.)
 @MainActor
 func build(_ target: ScaleCatalog, base: ScaleCatalog?, real: [RealTrack], generator: SyntheticTrackGenerator, workers: Int) async throws -> BuildRecord {
     let clock = ContinuousClock()
     let t0 = clock.now
     let temp = target.buildingPath
-    removeCatalog(temp)
+    var resumed = false
+    if FileManager.default.fileExists(atPath: temp) {
+        resumed = ((try? Catalog(path: temp)).flatMap { try? lastSyntheticIndex($0, seed: target.seed) }) != nil
+        if !resumed { removeCatalog(temp) }
+    }
+    say("building " + (resumed ? "on: continuing the interrupted build in \(temp)" : base.map { "from a copy of \($0.name)" } ?? "from scratch") + " …")
     var copySeconds = 0.0
-    if let base {
+    if let base, !resumed {
         try copyCatalog(from: base.path, to: temp)
         copySeconds = seconds(clock.now - t0)
         say("copied \(base.name) (\(mb(catalogBytes(base.path).file + catalogBytes(base.path).index))) in \(fmt(copySeconds, 1)) s")
@@ -452,7 +460,7 @@ func build(_ target: ScaleCatalog, base: ScaleCatalog?, real: [RealTrack], gener
         let catalog = try Catalog(path: temp, create: true)
         var realCount = 0
         var added = 0, addedSeconds = 0.0, rejected = 0
-        if base == nil {
+        if base == nil && !resumed {
             for t in real {
                 let new = NewTrack(title: t.id, duration: t.signature.duration, sourcePath: t.path, sourceSize: t.size,
                                    sourceModified: t.modified, contentHash: t.contentHash)
@@ -474,11 +482,11 @@ func build(_ target: ScaleCatalog, base: ScaleCatalog?, real: [RealTrack], gener
         }
         let before = try catalog.stats()
         realCount = Set(real.map(\.id)).intersection(try catalog.tracks().compactMap(\.title)).count
-        let first = base == nil ? 0 : (try lastSyntheticIndex(catalog, seed: target.seed)).map { $0 + 1 } ?? 0
+        let first = (try lastSyntheticIndex(catalog, seed: target.seed)).map { $0 + 1 } ?? 0
         let g = try await grow(catalog, generator: generator, from: first, audio: before.totalDuration, tracks: before.trackCount,
                                targetSeconds: Double(target.hours) * 3600, workers: workers, label: target.name)
         let after = try catalog.stats()
-        record = BuildRecord(tracks: after.trackCount, realTracks: realCount, audioSeconds: after.totalDuration, base: base?.name,
+        record = BuildRecord(tracks: after.trackCount, realTracks: realCount, audioSeconds: after.totalDuration, base: resumed ? "an interrupted build" : base?.name,
                              copySeconds: copySeconds, addedTracks: added + g.added, addedSeconds: addedSeconds + g.addedSeconds,
                              rejected: rejected + g.rejected, writeSeconds: g.writeSeconds, wallSeconds: 0, date: ISO8601DateFormatter().string(from: Date()))
     }   // the catalog is closed here: SQLite checkpoints its write-ahead log into the file
@@ -663,12 +671,14 @@ struct SizeSummary {
     var coldEvicted: Double
     var peakRSSMB: Double
     var skewRecall: (Int, Int)?
+    var skewLookAlikes = 0
 }
 
 struct Context {
     var options: Options
     var generator: SyntheticTrackGenerator
-    /// Corpus id → index of its signature among the generator's sources.
+    /// The corpus id of each of the generator's sources, and the other way round.
+    var sourceIDs: [String]
     var sourceIndex: [String: Int]
     var overlaps: [String: Set<String>]
     var realIDs: Set<String>
@@ -700,19 +710,32 @@ func silentReferenceClips(_ failed: [Clip], catalogPath: String) throws -> Set<S
     return out
 }
 
-/// Whether the synthetic track a clip was matched to was heard, over the matched stretch, in a piece cut
-/// from the clip's own track around where the clip was cut: a bin-shifted, time-scaled copy of the clip's
-/// audio, which a matcher that undoes pitch and speed changes can find as well as the original.
-func lookAlike(_ c: Clip, _ r: ChildResult, context: Context) -> Bool {
+/// Where the synthetic track a clip was matched to got the matched stretch from.
+enum Origin {
+    /// A piece cut from the clip's own track around where the clip was cut: a bin-shifted, time-scaled
+    /// copy of the clip's audio, which a matcher that undoes pitch and speed changes can find as well as the original.
+    case clipsOwnPlace
+    /// A piece cut elsewhere in the clip's track (or a track overlapping it).
+    case clipsTrack
+    case elsewhere
+}
+
+/// Nil when the answer is not a synthetic track of this seed (or the match did not say where it was heard).
+func origin(of r: ChildResult, for c: Clip, context: Context) -> (Origin, [SyntheticTrack.Stretch])? {
     let prefix = "Synthetic \(context.generator.seed)-"
     guard let title = r.top, title.hasPrefix(prefix), let index = Int(title.dropFirst(prefix.count)),
-          let a = r.referenceStart, let b = r.referenceEnd, let source = c.row["track_id"].flatMap({ context.sourceIndex[$0] }),
-          let offset = Double(c.row["offset_s"] ?? "") else { return false }
+          let a = r.referenceStart, let b = r.referenceEnd, let truth = c.row["track_id"], let offset = Double(c.row["offset_s"] ?? "")
+    else { return nil }
+    let own = context.sourceIndex[truth]
+    let related = Set(([truth] + context.overlaps[truth, default: []]).compactMap { context.sourceIndex[$0] })
     let fd = context.generator.configuration.frameDuration
     let (lo, hi) = (offset - 1, offset + c.duration * 1.1 + 1)
-    return context.generator.track(index).stretches.contains { s in
-        s.source == source && s.outputStart < b && s.outputStart + Double(s.outputFrames.count) * fd > a && s.sourceStart < hi && s.sourceEnd > lo
+    let heard = context.generator.track(index).stretches.filter { s in
+        s.outputStart < b && s.outputStart + Double(s.outputFrames.count) * fd > a
     }
+    if heard.contains(where: { $0.source == own && $0.sourceStart < hi && $0.sourceEnd > lo }) { return (.clipsOwnPlace, heard) }
+    if heard.contains(where: { related.contains($0.source) }) { return (.clipsTrack, heard) }
+    return (.elsewhere, heard)
 }
 
 func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], context: Context) throws -> SizeSummary {
@@ -765,15 +788,30 @@ func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], conte
             say(line + lpad(fmt(100 * Double(row.filter(correct).count) / Double(max(1, row.count))), 8) + lpad("\(row.count)", 7))
         }
     }
-    /// Wrong answers that are look-alikes (see ``lookAlike(_:_:context:)``).
-    func lookAlikes(_ positives: [Clip]) -> Int { positives.filter { !correct($0) && lookAlike($0, resultOf[$0.key]!, context: context) }.count }
+    /// Wrong answers that are look-alikes (see ``Origin/clipsOwnPlace``).
+    func lookAlikes(_ positives: [Clip]) -> Int {
+        positives.filter { !correct($0) && origin(of: resultOf[$0.key]!, for: $0, context: context)?.0 == .clipsOwnPlace }.count
+    }
     func misses(_ positives: [Clip]) -> String {
         let wrong = positives.filter { !correct($0) }
         let none = wrong.filter { resultOf[$0.key]?.top == nil }.count
         let real = wrong.filter { resultOf[$0.key]?.top.map(context.realIDs.contains) ?? false }.count
-        let alike = lookAlikes(positives)
-        return "misses: \(none) no match, \(real) another real track, \(wrong.count - none - real) a synthetic track"
-            + (alike > 0 ? " (\(alike) of them in a stretch cut from the clip's own track where the clip was cut: a bin-shifted, time-scaled copy of the clip's audio; recall@1 counting those right: \(percent(positives.filter(correct).count + alike, positives.count)))" : "")
+        let origins = wrong.compactMap { c in origin(of: resultOf[c.key]!, for: c, context: context).map { (c, $0.0, $0.1) } }
+        let place = origins.filter { $0.1 == .clipsOwnPlace }.count, track = origins.filter { $0.1 == .clipsTrack }.count
+        var text = "misses: \(none) no match, \(real) another real track, \(wrong.count - none - real) a synthetic track"
+        if !origins.isEmpty {
+            text += ", heard in a stretch cut from the clip's own track where the clip was cut (a bin-shifted, time-scaled copy of the clip's audio) \(place) times, "
+                + "from elsewhere in its track \(track), from other tracks \(origins.count - place - track); recall@1 counting the first right: "
+                + percent(positives.filter(correct).count + place, positives.count)
+        }
+        for (c, _, heard) in origins.filter({ $0.1 != .clipsOwnPlace }).prefix(6) {
+            let r = resultOf[c.key]!
+            text += "\n  \(c.row["qid"]!) \(c.row["track_id"]!) at \(c.row["offset_s"]!) s, \(c.row["degradation"]!) \(fmt(c.duration, 0)) s → \(r.top!) at \(fmt(r.referenceStart ?? .nan, 1))–\(fmt(r.referenceEnd ?? .nan, 1)) s: "
+                + heard.map { s in
+                    "\(context.sourceIDs[s.source]) \(fmt(s.sourceStart, 1))–\(fmt(s.sourceEnd, 1)) s (shift \(s.binShift > 0 ? "+" : "")\(s.binShift), scale \(fmt(s.timeScale, 3))\(s.reversed ? ", reversed" : ""))"
+                }.joined(separator: " + ")
+        }
+        return text
     }
     let positives = main.filter { $0.isPositive && !silent.contains($0.key) }
     let hits = positives.filter(correct).count
@@ -805,10 +843,12 @@ func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], conte
 
     // --- Skew set --------------------------------------------------------------------------------
     var skewRecall: (Int, Int)?
+    var skewLookAlikes = 0
     let skew = measured.filter { $0.querySet == "skew" && $0.isPositive && !silent.contains($0.key) }
     if !skew.isEmpty {
         let c = skew.filter(correct).count
         skewRecall = (c, skew.count)
+        skewLookAlikes = lookAlikes(skew)
         say("")
         say("skew set recall@1 (%)")
         recallTable(skew)
@@ -877,7 +917,8 @@ func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], conte
                        buildRealTime: record?.realTimeFactor ?? .nan, coverage: coverage, recall: (hits, positives.count), lookAlikes: alike,
                        falsePositives: (fps.count, negatives.count),
                        match10: latency(matched: true, tenSeconds: true), none10: latency(matched: false, tenSeconds: true),
-                       firstMs: report.firstMs, coldCached: coldCached, coldEvicted: coldEvicted, peakRSSMB: rssMB, skewRecall: skewRecall)
+                       firstMs: report.firstMs, coldCached: coldCached, coldEvicted: coldEvicted, peakRSSMB: rssMB, skewRecall: skewRecall,
+                       skewLookAlikes: skewLookAlikes)
 }
 
 func printSummary(_ rows: [SizeSummary]) {
@@ -886,16 +927,18 @@ func printSummary(_ rows: [SizeSummary]) {
     say("== summary (latencies in ms, of 10-s clips; build × real time: of the tracks each build added; clips: matched within the time budget; "
         + "+alike: recall counting answers in a synthetic copy of the clip's own audio as right)")
     let header = ["size", "tracks", "hours", "MB", "MB/h", "build ×RT", "clips", "recall", "+alike", "FP", "match med", "match p99", "none med", "none p99",
-                  "first q", "cold cached", "cold evicted", "RSS MB"] + (rows.contains { $0.skewRecall != nil } ? ["skew recall"] : [])
+                  "first q", "cold cached", "cold evicted", "RSS MB"] + (rows.contains { $0.skewRecall != nil } ? ["skew recall", "+alike"] : [])
     let widths = header.map { max(8, $0.count + 2) }
     func line(_ cells: [String]) -> String { zip(cells, widths).map { lpad($0, $1) }.joined() }
     say(line(header))
     for r in rows {
         var cells = ["\(r.hours) h", "\(r.tracks)", fmt(r.audioHours, 1), fmt(Double(r.bytes) / 1e6, 1), fmt(Double(r.bytes) / 1e6 / r.audioHours, 3),
-                     fmt(r.buildRealTime, 0), r.coverage.0 == r.coverage.1 ? "all" : "\(r.coverage.0)/\(r.coverage.1)", percent(r.recall.0, r.recall.1), "\(r.falsePositives.0)/\(r.falsePositives.1)",
+                     fmt(r.buildRealTime, 0), r.coverage.0 == r.coverage.1 ? "all" : "\(r.coverage.0)/\(r.coverage.1)", percent(r.recall.0, r.recall.1),
+                     percent(r.recall.0 + r.lookAlikes, r.recall.1), "\(r.falsePositives.0)/\(r.falsePositives.1)",
                      fmt(r.match10.median, 1), fmt(r.match10.p99, 1), fmt(r.none10.median, 1), fmt(r.none10.p99, 1),
                      fmt(r.firstMs, 1), fmt(r.coldCached, 0), fmt(r.coldEvicted, 0), fmt(r.peakRSSMB, 0)]
-        if let s = r.skewRecall { cells.append(percent(s.0, s.1)) } else if header.count > cells.count { cells.append("-") }
+        if let s = r.skewRecall { cells += [percent(s.0, s.1), percent(s.0 + r.skewLookAlikes, s.1)] }
+        while cells.count < header.count { cells.append("-") }
         say(line(cells))
     }
     guard rows.count > 1 else { return }
@@ -952,7 +995,7 @@ func cachedSizes(in cache: String, seed: UInt64, version: UInt16) -> [Int] {
 // The real tracks are needed to build catalogs and to tell which synthetic tracks copy a clip's audio.
 let real = try await loadRealTracks(manifest, cache: o.cache, workers: o.workers)
 let generator = SyntheticTrackGenerator(sources: real.map(\.signature), seed: o.seed)
-let context = Context(options: o, generator: generator, sourceIndex: Dictionary(real.enumerated().map { ($1.id, $0) }, uniquingKeysWith: { a, _ in a }),
+let context = Context(options: o, generator: generator, sourceIDs: real.map(\.id), sourceIndex: Dictionary(real.enumerated().map { ($1.id, $0) }, uniquingKeysWith: { a, _ in a }),
                       overlaps: overlaps, realIDs: Set(real.map(\.id)), earmark: earmark, selfPath: selfPath)
 var summaries: [SizeSummary] = []
 for hours in o.sizes {
@@ -966,7 +1009,6 @@ for hours in o.sizes {
         } ?? ""))
     } else {
         let base = cachedSizes(in: o.cache, seed: o.seed, version: version).last { $0 < hours }.map { ScaleCatalog(hours: $0, seed: o.seed, version: version, folder: o.cache) }
-        say("building " + (base.map { "from a copy of \($0.name)" } ?? "from scratch") + " …")
         let r = try await build(target, base: base, real: real, generator: generator, workers: o.workers)
         record = r
         say("built: \(r.tracks) tracks, \(fmt(r.audioSeconds / 3600, 2)) h; added \(r.addedTracks) tracks (\(fmt(r.addedSeconds / 3600, 2)) h, \(r.rejected) refused) in \(fmt(r.wallSeconds - r.copySeconds, 1)) s wall (copy \(fmt(r.copySeconds, 1)) s more) = \(fmt(r.tracksPerSecond, 1)) tracks/s, \(fmt(r.realTimeFactor, 0))× real time; writer busy \(fmt(100 * r.writeSeconds / (r.wallSeconds - r.copySeconds), 0))% of the time")
