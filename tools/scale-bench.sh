@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Scale benchmark: matching against catalogs of 100 h, 1,000 h and 10,000 h of audio. Each catalog holds
+# the 103 real tracks of the public corpus (titled by corpus id, as in tools/bench.sh) and then synthetic
+# tracks grown from their signatures (EarmarkSynthetic) until it holds the size. For each size it prints
+# the build speed (tracks/s, × real time) and the catalog's size (MB, MB per hour); then, in a child
+# process that only matches, recall@1 by degradation × clip length, false positives on the negatives,
+# warm latency of Matcher.match for matched and no-match clips (all and 10-s clips: median, p95, p99),
+# the first query and the peak RSS; the skew set's recall (SKEW=1); and the wall time of the real CLI
+# (`earmark match CLIP.earsig --json`) as a fresh process on 10 + 10 clips, with the catalog in the page
+# cache and evicted from it (posix_fadvise on the catalog's own files). A summary table ends the run,
+# with each size's latencies relative to the smallest.
+#
+# Each size has a time budget (MINUTES, default 14; 0: none): three quarters for the matching process,
+# which takes the clips in an order that measures every degradation × length cell however far it gets
+# (the summary's "clips" column says how far), a quarter for the CLI runs.
+#
+# Catalogs are cached under ~/.cache/earmark-corpus/scale (scale-SIZEh-seedN-sigV.earcat, built under a
+# temporary name and renamed when complete); a larger one starts as a copy of the next smaller. Clip
+# signatures are cached there too. The first 10,000-h build takes hours; once the catalogs are cached,
+# a full run takes well under an hour on two cores. The output is also kept in scale/logs/.
+#
+#   tools/scale-bench.sh                               # 100 h, 1,000 h and 10,000 h; query set bench-23-300
+#   SIZES=100 QUERIES=bench-3-60 tools/scale-bench.sh  # a quick run
+#   SKEW=1 tools/scale-bench.sh                        # also the skew set (speed ±5/±10 %, tempo ±10 %, pitch ±1 semitone, 10 s)
+#   SEED=2 tools/scale-bench.sh                        # other synthetic tracks (other catalogs)
+#   MINUTES=0 tools/scale-bench.sh                     # every clip at every size, however long it takes
+#   tools/scale-bench.sh --cold-sample 20              # extra earmark-scale-bench flags (see earmark-scale-bench --help)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=${EARMARK_CORPUS:-$HOME/.cache/earmark-corpus}
+SHARED=${EARMARK_SHARED:-../shared}
+SIZES=${SIZES:-100,1000,10000}
+QUERIES=${QUERIES:-bench-23-300}
+SEED=${SEED:-1}
+MINUTES=${MINUTES:-14}
+QDIR=$ROOT/queries/$QUERIES
+
+bash tools/setup.sh </dev/null
+need=()
+for p in libchromaprint-tools espeak-ng python3-numpy; do
+  dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed' || need+=("$p")
+done
+python3 -c 'import numpy' 2>/dev/null && need=("${need[@]/python3-numpy}")
+if [ -n "${need[*]// /}" ]; then
+  apt-get -o DPkg::Lock::Timeout=900 update -q && apt-get -o DPkg::Lock::Timeout=900 install -y --no-install-recommends ${need[*]}
+fi
+[ -f "$ROOT/corpus/public/manifest.tsv" ] || python3 "$SHARED/corpus/build_corpus.py" --set all --root "$ROOT"
+if [ ! -f "$QDIR/queries.tsv" ]; then
+  # bench-PER_TRACK-NEGATIVES, made as tools/bench.sh makes it.
+  [[ $QUERIES =~ ^bench-([0-9]+)-([0-9]+)$ ]] || { echo "no query set $QDIR (and $QUERIES is not bench-PER_TRACK-NEGATIVES)" >&2; exit 2; }
+  python3 "$SHARED/corpus/make_queries.py" --corpus "$ROOT/corpus/public" --negative "$ROOT/corpus/negative" \
+    --out "$QDIR" --per-track "${BASH_REMATCH[1]}" --negatives "${BASH_REMATCH[2]}"
+fi
+skew=()
+if [ "${SKEW:-0}" = 1 ]; then
+  SKEWQ=$ROOT/queries/skew-10s-3
+  [ -f "$SKEWQ/queries.tsv" ] || EARMARK_SHARED_CORPUS="$SHARED/corpus" python3 tools/make_skew_queries.py \
+    --corpus "$ROOT/corpus/public" --out "$SKEWQ" --durations 10 --per-track 2 --negatives 0
+  skew=(--skew-queries "$SKEWQ")
+fi
+for product in earmark earmark-scale-bench; do
+  swift build -c release --scratch-path .build/tools --product "$product" 2>&1 | grep -Ev '^\[[0-9]+/[0-9]+\]' || true
+done
+bin="$(swift build -c release --scratch-path .build/tools --show-bin-path)"
+mkdir -p "$ROOT/scale/logs"
+log="$ROOT/scale/logs/scale-bench-$(date -u +%Y%m%dT%H%M%SZ).log"
+"$bin/earmark-scale-bench" --corpus "$ROOT/corpus/public" --queries "$QDIR" "${skew[@]}" --sizes "$SIZES" --seed "$SEED" \
+  --minutes "$MINUTES" --cache "$ROOT/scale" --earmark "$bin/earmark" "$@" 2>&1 | tee "$log"
+echo "output kept in $log"
