@@ -14,7 +14,7 @@
 # which takes the clips in an order that measures every degradation × length cell however far it gets
 # (the summary's "clips" column says how far), a quarter for the CLI runs.
 #
-# Catalogs are cached under ~/.cache/earmark-corpus/scale (scale-SIZEh-seedN-sigV.earcat, built under a
+# Catalogs are cached under ~/.cache/earmark-corpus/scale (scale-SIZEh-seedN-sigV-schemaS.earcat, built under a
 # temporary name and renamed when complete); a larger one starts as a copy of the next smaller. Clip
 # signatures are cached there too. The first 10,000-h build takes hours; once the catalogs are cached,
 # a full run takes well under an hour on two cores. The output is also kept in scale/logs/.

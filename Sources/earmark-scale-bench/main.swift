@@ -201,7 +201,8 @@ func renameCatalog(from source: String, to destination: String) throws {
 /// Every step a writer must take after a batch of adds, before the catalog is read or closed: called every
 /// ``flushEvery`` tracks and at the end of a build.
 func finishWrites(_ catalog: Catalog) throws {
-    // TODO(index): try catalog.flushIndex()
+    // Pending landmarks into index segments once there are over a million (the catalog flushes every 16 million itself).
+    try catalog.close()
 }
 let flushEvery = 2_000
 
@@ -254,7 +255,7 @@ struct ScaleCatalog {
     var seed: UInt64
     var version: UInt16
     var folder: String
-    var name: String { "scale-\(hours)h-seed\(seed)-sig\(version)" }
+    var name: String { "scale-\(hours)h-seed\(seed)-sig\(version)-schema\(Catalog.schemaVersion)" }
     var path: String { folder + "/" + name + ".earcat" }
     /// Where it is built; renamed to ``path`` once complete.
     var buildingPath: String { folder + "/" + name + ".partial.earcat" }
@@ -436,8 +437,7 @@ func lastSyntheticIndex(_ catalog: Catalog, seed: UInt64) throws -> Int? {
 /// Builds `target` under its building name and renames it when complete: from a copy of `base` when given
 /// (continuing its synthetic tracks), else from the real tracks first. An interrupted build of `target`
 /// that got as far as its synthetic tracks is continued instead: it holds the real tracks and synthetic
-/// tracks 0…k, each committed on its own. (That holds of today's storage, where every add is durable by
-/// itself; with the redesigned index, a build killed between two finishWrites may need checking.)
+/// tracks 0…k, each committed on its own (with its landmarks, pending until a flush moves them into a segment).
 @MainActor
 func build(_ target: ScaleCatalog, base: ScaleCatalog?, real: [RealTrack], generator: SyntheticTrackGenerator, workers: Int) async throws -> BuildRecord {
     let clock = ContinuousClock()
@@ -986,7 +986,7 @@ if let skew = o.skewQueries { clips += await prepareClips(skew, set: "skew", cac
 
 /// Sizes of the catalogs of this seed and version in the cache, in increasing order.
 func cachedSizes(in cache: String, seed: UInt64, version: UInt16) -> [Int] {
-    let pattern = try! Regex("^scale-([0-9]+)h-seed\(seed)-sig\(version)\\.earcat$")
+    let pattern = try! Regex("^scale-([0-9]+)h-seed\(seed)-sig\(version)-schema\(Catalog.schemaVersion)\\.earcat$")
     return ((try? FileManager.default.contentsOfDirectory(atPath: cache)) ?? []).compactMap { name in
         (try? pattern.wholeMatch(in: name)).flatMap { $0.output[1].substring.flatMap { Int($0) } }
     }.sorted()
