@@ -531,8 +531,9 @@ public final class Catalog {
             }
         }
         pendingOverlay = nil
-        // Once the tracks are gone from the file, postings left in a segment name tracks that do not exist, which
-        // lookups skip anyway; the removed list only saves them the work (and a stop here loses nothing).
+        // Once the tracks are gone from the file, postings left in a segment name tracks that do not exist, which the
+        // matcher drops when it fetches its candidates; the removed list keeps them out of the candidates at all
+        // (a stop before it is written loses nothing, and the next merge drops those postings either way).
         let index = try self.index()
         let covered = doomed.compactMap { UInt32(exactly: $0) }.filter(index.covers)
         guard !covered.isEmpty else { return }

@@ -289,31 +289,11 @@ struct CatalogIndexTests {
     func migratesSchema2() throws {
         let dir = try TemporaryDirectory("schema2")
         let path = dir.path("old.earcat")
-        // Schema 2 as it was written: postings rows of varint(track), varint(frame << 3 | low 3 hash bits).
         let a = makeLandmarks(seed: 11, count: 2_000, frames: 9_000)
-        var buckets: [UInt32: [UInt8]] = [:]
-        for l in Catalog.uniqueSorted(a) {
-            Varint.append(1, to: &buckets[l.hash >> 3, default: []])
-            Varint.append(UInt64(l.frame) << 3 | UInt64(l.hash & 7), to: &buckets[l.hash >> 3, default: []])
-        }
-        var sql = """
-            PRAGMA application_id=\(Catalog.applicationID); PRAGMA user_version=2; PRAGMA journal_mode=WAL;
-            CREATE TABLE catalog_info(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-            INSERT INTO catalog_info VALUES ('signature_version', '\(SignatureConfiguration.current.version)'), ('format', 'earmark-catalog'), ('created_at', 'x');
-            CREATE TABLE tracks(id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT, artist TEXT, album TEXT,
-              metadata TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)), duration REAL NOT NULL,
-              source_path TEXT, source_size INTEGER, source_mtime REAL, content_hash TEXT NOT NULL UNIQUE,
-              landmark_count INTEGER NOT NULL, added_at TEXT NOT NULL);
-            CREATE INDEX tracks_source ON tracks(source_path);
-            CREATE TABLE postings(bucket INTEGER PRIMARY KEY, data BLOB NOT NULL);
-            CREATE TABLE track_peaks(track_id INTEGER PRIMARY KEY, data BLOB NOT NULL);
-            CREATE TABLE track_analysis(track_id INTEGER NOT NULL, kind TEXT NOT NULL, version INTEGER NOT NULL,
-              data TEXT NOT NULL CHECK (json_valid(data)), PRIMARY KEY (track_id, kind)) WITHOUT ROWID;
-            INSERT INTO tracks(title, duration, content_hash, landmark_count, added_at) VALUES ('A', 100, 'a', \(Catalog.uniqueSorted(a).count), 'x');
-            INSERT INTO track_peaks VALUES (1, x'');
-            """
-        for (b, blob) in buckets { sql += "INSERT INTO postings VALUES (\(b), x'\(blob.map { String(format: "%02x", $0) }.joined())');\n" }
-        _ = try Run.sqlite(path, sql)
+        let configuration = SignatureConfiguration.current
+        try LegacyCatalog.writeSchema2(path: path, signatureVersion: Int(configuration.version), minBin: configuration.minBin, tracks: [
+            LegacyCatalog.Track(title: "A", duration: 100, contentHash: "a", landmarks: a.map { ($0.hash, $0.frame) }, peaks: []),
+        ])
         do {
             _ = try Catalog(path: path, readOnly: true)
             Issue.record("opened")
