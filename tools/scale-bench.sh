@@ -27,35 +27,22 @@
 #   tools/scale-bench.sh --cold-sample 20              # extra earmark-scale-bench flags (see earmark-scale-bench --help)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-ROOT=${EARMARK_CORPUS:-$HOME/.cache/earmark-corpus}
-SHARED=${EARMARK_SHARED:-../shared}
+source tools/corpus.sh
 SIZES=${SIZES:-100,1000,10000}
 QUERIES=${QUERIES:-bench-23-300}
 SEED=${SEED:-1}
 MINUTES=${MINUTES:-14}
-QDIR=$ROOT/queries/$QUERIES
 
-bash tools/setup.sh </dev/null
-need=()
-for p in libchromaprint-tools espeak-ng python3-numpy; do
-  dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed' || need+=("$p")
-done
-python3 -c 'import numpy' 2>/dev/null && need=("${need[@]/python3-numpy}")
-if [ -n "${need[*]// /}" ]; then
-  apt-get -o DPkg::Lock::Timeout=900 update -q && apt-get -o DPkg::Lock::Timeout=900 install -y --no-install-recommends ${need[*]}
-fi
-[ -f "$ROOT/corpus/public/manifest.tsv" ] || python3 "$SHARED/corpus/build_corpus.py" --set all --root "$ROOT"
-if [ ! -f "$QDIR/queries.tsv" ]; then
-  # bench-PER_TRACK-NEGATIVES, made as tools/bench.sh makes it.
-  [[ $QUERIES =~ ^bench-([0-9]+)-([0-9]+)$ ]] || { echo "no query set $QDIR (and $QUERIES is not bench-PER_TRACK-NEGATIVES)" >&2; exit 2; }
-  python3 "$SHARED/corpus/make_queries.py" --corpus "$ROOT/corpus/public" --negative "$ROOT/corpus/negative" \
-    --out "$QDIR" --per-track "${BASH_REMATCH[1]}" --negatives "${BASH_REMATCH[2]}"
+corpus_ready
+if [[ $QUERIES =~ ^bench-([0-9]+)-([0-9]+)$ ]]; then
+  QDIR=$(corpus_queries "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}")
+else
+  QDIR=$ROOT/queries/$QUERIES
+  [ -f "$QDIR/queries.tsv" ] || { echo "no query set $QDIR (and $QUERIES is not bench-PER_TRACK-NEGATIVES)" >&2; exit 2; }
 fi
 skew=()
 if [ "${SKEW:-0}" = 1 ]; then
-  SKEWQ=$ROOT/queries/skew-10s-3
-  [ -f "$SKEWQ/queries.tsv" ] || EARMARK_SHARED_CORPUS="$SHARED/corpus" python3 tools/make_skew_queries.py \
-    --corpus "$ROOT/corpus/public" --out "$SKEWQ" --durations 10 --per-track 2 --negatives 0
+  SKEWQ=$(corpus_skew_queries)
   skew=(--skew-queries "$SKEWQ")
 fi
 for product in earmark earmark-scale-bench; do
