@@ -629,12 +629,8 @@ public final class Catalog {
             while postings.count < flushPostings, try select.step() {
                 let id = select.int64(0)
                 last = id
-                guard let tid = UInt32(exactly: id), !select.isNull(2), !index.covers(tid) else { continue }
-                let lastFrame = lastStoredFrame(duration: select.double(2))
-                let whole = select.withBlob(1) { raw in
-                    Catalog.decodeLandmarks(raw, lastFrame: lastFrame, hashBits: configuration.hashBits) { postings.append(Posting(key: $0, track: tid, frame: $1)) }
-                }
-                guard whole else { throw damaged("track \(id)'s pending landmarks are invalid") }
+                guard let tid = try decodePendingRow(select, index, { postings.append(Posting(key: $0, track: $1, frame: $2)) })
+                else { continue }
                 ids.append(tid)
             }
             select.reset()
@@ -788,12 +784,7 @@ public final class Catalog {
             """)
         var tracks = 0
         while try s.step() {
-            guard let tid = UInt32(exactly: s.int64(0)), !index.covers(tid) else { continue }
-            let lastFrame = lastStoredFrame(duration: s.double(2))
-            let whole = s.withBlob(1) { raw in
-                Catalog.decodeLandmarks(raw, lastFrame: lastFrame, hashBits: configuration.hashBits) { postings.append(Posting(key: $0, track: tid, frame: $1)) }
-            }
-            guard whole else { throw damaged("track \(tid)'s pending landmarks are invalid") }
+            guard try decodePendingRow(s, index, { postings.append(Posting(key: $0, track: $1, frame: $2)) }) != nil else { continue }
             tracks += 1
             guard postings.count <= Catalog.pendingOverlayLimit else {
                 throw CatalogError(.invalidArgument, "\(tracks)+ tracks of this catalog are not in its hash index yet (an exported copy?); open it for writing once to index them: `earmark catalog migrate`", path: path)
@@ -817,15 +808,24 @@ public final class Catalog {
         }
         let s = try db.prepare("SELECT p.track_id, p.data, t.duration FROM pending_postings p JOIN tracks t ON t.id = p.track_id")
         while try s.step() {
-            let id = s.int64(0)
-            guard ids.contains(id), let tid = UInt32(exactly: id), !index.covers(tid) else { continue }
-            let lastFrame = lastStoredFrame(duration: s.double(2))
-            let whole = s.withBlob(1) { raw in
-                Catalog.decodeLandmarks(raw, lastFrame: lastFrame, hashBits: configuration.hashBits) { out[id, default: []].append(Landmark(hash: $0, frame: $1)) }
-            }
-            guard whole else { throw damaged("track \(id)'s pending landmarks are invalid") }
+            guard ids.contains(s.int64(0)) else { continue }
+            _ = try decodePendingRow(s, index) { hash, track, frame in out[Int64(track), default: []].append(Landmark(hash: hash, frame: frame)) }
         }
         return out
+    }
+
+    /// Decodes the pending row `s` is on (columns: track id, landmarks blob, the track's duration), calling
+    /// `body(hash, track, frame)` for each landmark, and returns the track; nil, decoding nothing, when the track
+    /// is gone (a null duration) or already in a segment (a row a flush had not deleted yet).
+    private func decodePendingRow(_ s: SQLiteStatement, _ index: PostingIndex, _ body: (UInt32, UInt32, UInt32) -> Void) throws -> UInt32? {
+        let id = s.int64(0)
+        guard let tid = UInt32(exactly: id), !s.isNull(2), !index.covers(tid) else { return nil }
+        let lastFrame = lastStoredFrame(duration: s.double(2))
+        let whole = s.withBlob(1) { raw in
+            Catalog.decodeLandmarks(raw, lastFrame: lastFrame, hashBits: configuration.hashBits) { body($0, tid, $1) }
+        }
+        guard whole else { throw damaged("track \(id)'s pending landmarks are invalid") }
+        return tid
     }
 
     /// How the hash index is laid out now: segment files, the postings in them, and the postings still pending
