@@ -116,24 +116,28 @@ struct UntrustedInputCLITests {
         let f = try await CLIFixture.shared.value()
         let dir = try TemporaryDirectory("cli-killed")
         let catalog = dir.path("killed.earcat")
-        // Eight real tracks, each also under four more names: 40 files to decode one by one, so the run lasts
-        // long after its first commit whatever the machine's load (the copies are duplicates, not tracks).
+        // The last file is not audio libsndfile knows, so it goes to $EARMARK_FFMPEG: a script that never
+        // answers. The writer therefore cannot finish before it is killed, however the machine's load
+        // schedules this test (a starved poll used to find the writer already done).
         let originals = f.audio.reference + f.audio.negative
-        var files = originals.map(\.path)
-        for copy in 1...4 {
-            for url in originals {
-                let link = dir.path("\(copy)-\(url.lastPathComponent)")
-                try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: url.path)
-                files.append(link)
-            }
-        }
-        let writer = try EarmarkCLI.start(["catalog", "add", "--catalog", catalog, "--jobs", "1"] + files)
+        let hold = dir.path("hold.m4a")
+        try Data("not audio".utf8).write(to: URL(fileURLWithPath: hold))
+        let stallPID = dir.path("stall.pid")
+        let stall = dir.path("stall.sh")
+        try "#!/bin/sh\necho $$ > '\(stallPID)'\nexec sleep 600\n".write(toFile: stall, atomically: true, encoding: .utf8)
+        chmod(stall, 0o755)
+        let writer = try EarmarkCLI.start(["catalog", "add", "--catalog", catalog, "--jobs", "1"] + originals.map(\.path) + [hold],
+                                          environment: ["EARMARK_FFMPEG": stall])
+        // A blocking poll: no suspension point between the writer's start and its kill.
         let deadline = Date().addingTimeInterval(120)
         while Date() < deadline, ((try? Catalog(path: catalog, readOnly: true).tracks().count) ?? 0) < 1 {
-            try await Task.sleep(for: .milliseconds(5))
+            usleep(5_000)
         }
         writer.signal(SIGKILL)
         let killed = try await writer.finished()
+        if let pid = (try? String(contentsOfFile: stallPID, encoding: .utf8)).flatMap({ Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }) {
+            kill(pid, SIGKILL)
+        }
         #expect(killed.timedOut, "the writer was still running when it was killed: \(killed)")
         let check = try EarmarkCLI.run(["catalog", "check", "--catalog", catalog])
         #expect(check.status == 0, "\(check)")
