@@ -125,6 +125,8 @@ public final class Catalog {
         s.reset()
         if fresh || (appID == 0 && version == 0 && objects == 0) {
             guard !readOnly else { throw CatalogError(.damaged, "empty file is not a catalog", path: path) }
+            // Before the first table: lets a flush give back the pages its pending rows held (see flushIndex).
+            try db.execute("PRAGMA auto_vacuum=INCREMENTAL")
             try enableWAL()
             try migrate(from: 0)
             return
@@ -587,7 +589,7 @@ public final class Catalog {
             return i
         }
         guard let id = try info("index_id") else { throw damaged("the catalog has no index id") }
-        let i = try PostingIndex(folder: PostingIndex.folder(forCatalog: path), catalogID: id, keys: keyDesign)
+        let i = try PostingIndex(folder: PostingIndex.folder(forCatalog: path), catalogID: id, keys: keyDesign, keyBits: configuration.hashBits)
         segmentIndex = i
         let total = try scalarInt("SELECT count(*) FROM tracks")
         let pending = try scalarInt("SELECT count(*) FROM pending_postings")
@@ -644,6 +646,9 @@ public final class Catalog {
         }
         unflushed = 0
         pendingOverlay = nil
+        // The pending rows were most of the file: give their pages back (a no-op in catalogs made before
+        // auto_vacuum was set; `catalog compact` converts those).
+        try db.execute("PRAGMA incremental_vacuum")
     }
 
     /// Ends a connection's writing: when more than ``inFilePostings`` landmarks are pending, they move into an
@@ -731,7 +736,7 @@ public final class Catalog {
     }
 
     private func migratePostingsToSegments(folder: String, id: String) throws {
-        let index = try PostingIndex(folder: folder, catalogID: id, keys: keyDesign)
+        let index = try PostingIndex(folder: folder, catalogID: id, keys: keyDesign, keyBits: configuration.hashBits)
         try index.acquireLock(timeout: busyTimeout)
         defer { index.releaseLock() }
         let live = try liveTracks()
@@ -979,6 +984,7 @@ public final class Catalog {
     /// removed tracks (after large removals or many adds).
     public func compact() throws {
         try flushIndex(ifLargerThanFile: true)
+        try db.execute("PRAGMA auto_vacuum=INCREMENTAL")
         try db.execute("VACUUM")
         let index = try self.index()
         try index.acquireLock(timeout: busyTimeout)
@@ -1030,7 +1036,7 @@ public final class Catalog {
         do {
             if let i = segmentIndex { try i.refresh(); index = i } else {
                 guard let id = try info("index_id") else { problem("the catalog has no index id"); return out }
-                index = try PostingIndex(folder: PostingIndex.folder(forCatalog: path), catalogID: id, keys: keyDesign)
+                index = try PostingIndex(folder: PostingIndex.folder(forCatalog: path), catalogID: id, keys: keyDesign, keyBits: configuration.hashBits)
             }
         } catch let e as CatalogError {
             problem(e.message)

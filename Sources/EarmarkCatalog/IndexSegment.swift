@@ -13,19 +13,21 @@ struct Posting: Equatable {
 /// An immutable, memory-mapped file of postings sorted by key: the unit the hash index is built from.
 ///
 /// Layout (little-endian): a 64-byte header, a directory of `2^bucketBits + 1` byte offsets (UInt64), then
-/// the buckets, then 8 zero bytes. A key is first mixed (``IndexSegment/mix(_:)``, a bijection that spreads
-/// any key design evenly); its top `bucketBits` bits pick the bucket, the rest (the residual) is stored.
+/// the buckets, then 8 zero bytes. Keys have `keyBits` bits (the landmark design's). A key is first mixed
+/// (``IndexSegment/mix(_:bits:)``, a bijection on `keyBits` bits that spreads any key design evenly); its top
+/// `bucketBits` bits pick the bucket, the rest (the residual) is stored.
 /// A bucket is one byte, the frame width `fw`, then its postings sorted by residual, each
-/// bit-packed as residual (`32 - bucketBits` bits), track − `firstTrack` (`trackBits`) and frame (`fw` bits),
+/// bit-packed as residual (`keyBits - bucketBits` bits), track − `firstTrack` (`trackBits`) and frame (`fw` bits),
 /// so a lookup reads one bucket and binary-searches it. Everything read from the file is checked before it is
 /// used: a damaged segment throws, never traps.
 final class IndexSegment {
-    static let magic: [UInt8] = Array("EARMKIX1".utf8)
+    static let magic: [UInt8] = Array("EARMKIX2".utf8)
     static let headerBytes = 64
     static let maximumBucketBits = 26
 
     let path: String
     let postingCount: Int
+    let keyBits: Int
     let bucketBits: Int
     let trackBits: Int
     let firstTrack: UInt32
@@ -37,18 +39,27 @@ final class IndexSegment {
     /// Bytes of the mapping read since the last ``releasePages()`` (an estimate of resident pages).
     private(set) var touchedBytes = 0
 
-    /// A bijection on 32 bits that spreads keys over the buckets whatever their design.
+    /// A bijection on keys of `bits` bits (8…32) that spreads them over the buckets whatever their design:
+    /// a multiplication by an odd constant modulo 2^bits, then an xor with the upper half shifted down.
     @inline(__always)
-    static func mix(_ key: UInt32) -> UInt32 {
-        var m = key &* 0x9E37_79B1
-        m ^= m >> 16
+    static func mix(_ key: UInt32, bits: Int) -> UInt32 {
+        let mask = UInt32(truncatingIfNeeded: (UInt64(1) << UInt64(bits)) - 1)
+        var m = (key &* 0x9E37_79B1) & mask
+        m ^= m >> UInt32((bits + 1) / 2)
         return m
     }
 
-    /// Buckets for a segment of `postings` postings: about 64 postings each.
-    static func bucketBits(for postings: Int) -> Int {
+    /// The inverse of ``mix(_:bits:)``.
+    static func unmix(_ m: UInt32, bits: Int) -> UInt32 {
+        let mask = UInt32(truncatingIfNeeded: (UInt64(1) << UInt64(bits)) - 1)
+        let x = m ^ (m >> UInt32((bits + 1) / 2))
+        return (x &* 0x0E8B_2F51) & mask  // 0x0E8B2F51 is the inverse of 0x9E3779B1 modulo 2³² (so modulo 2^bits)
+    }
+
+    /// Buckets for a segment of `postings` postings: about 64 postings each, at most one bucket per key.
+    static func bucketBits(for postings: Int, keyBits: Int) -> Int {
         var b = 8
-        while b < maximumBucketBits, postings >> (b + 6) > 0 { b += 1 }
+        while b < min(maximumBucketBits, keyBits), postings >> (b + 6) > 0 { b += 1 }
         return b
     }
 
@@ -74,16 +85,19 @@ final class IndexSegment {
         let count = u64(16), data = u64(24)
         firstTrack = u32(32)
         lastTrack = u32(36)
-        let directory = bits >= 8 && bits <= IndexSegment.maximumBucketBits ? ((1 << bits) + 1) * 8 : 0
-        guard magicOK, directory > 0, tBits >= 1, tBits <= 32, firstTrack <= lastTrack,
+        let kBits = Int(u32(40))
+        let directory = kBits >= 8 && kBits <= 32 && bits >= 8 && bits <= min(IndexSegment.maximumBucketBits, kBits)
+            ? ((1 << bits) + 1) * 8 : 0
+        guard magicOK, directory > 0, tBits >= 1, tBits <= 32, firstTrack <= lastTrack, u32(44) == 0,
               UInt64(lastTrack - firstTrack) < UInt64(1) << UInt64(tBits),
               count < UInt64(1) << 40, data < UInt64(1) << 48,
               UInt64(IndexSegment.headerBytes + directory) + data + 8 == UInt64(size),
-              Self.checksum(h, count: 40) == u64(40)
+              Self.checksum(h, count: 48) == u64(48)
         else {
             munmap(p, size)
             throw IndexSegment.error(path, "not a valid index segment")
         }
+        keyBits = kBits
         bucketBits = bits
         trackBits = tBits
         postingCount = Int(count)
@@ -128,14 +142,14 @@ final class IndexSegment {
         guard hi > lo else { return (0, 1, 1, 0) }
         let fw = Int(UnsafeRawPointer(base).load(fromByteOffset: lo, as: UInt8.self))
         guard fw >= 1, fw <= 32 else { throw IndexSegment.error(path, "a bucket's frame width \(fw) is out of range") }
-        let width = 32 - bucketBits + trackBits + fw
+        let width = keyBits - bucketBits + trackBits + fw
         return ((hi - lo - 1) * 8 / width, width, fw, (lo + 1) * 8)
     }
 
     /// The posting at bit `at` of bucket `bucket`, with its mixed key.
     @inline(__always)
     func posting(bucket: Int, at: Int, fw: Int) -> Posting {
-        let residualBits = 32 - bucketBits
+        let residualBits = keyBits - bucketBits
         let m = UInt32(truncatingIfNeeded: bucket << residualBits) | UInt32(truncatingIfNeeded: bits(at: at, width: residualBits))
         let track = firstTrack &+ UInt32(truncatingIfNeeded: bits(at: at + residualBits, width: trackBits))
         let frame = UInt32(truncatingIfNeeded: bits(at: at + residualBits + trackBits, width: fw))
@@ -144,8 +158,9 @@ final class IndexSegment {
 
     /// Calls `body(track, frame)` for every posting of `key`.
     func lookup(_ key: UInt32, _ body: (UInt32, UInt32) -> Void) throws {
-        let m = IndexSegment.mix(key)
-        let residualBits = 32 - bucketBits
+        guard UInt64(key) >> UInt64(keyBits) == 0 else { return }
+        let m = IndexSegment.mix(key, bits: keyBits)
+        let residualBits = keyBits - bucketBits
         let bucket = Int(m >> UInt32(residualBits))
         let b = try bucketInfo(bucket)
         touchedBytes += 16 + b.count * b.width / 8
@@ -186,13 +201,7 @@ final class IndexSegment {
 
     /// Every posting with its key, in stored order.
     func forEach(_ body: (Posting) throws -> Void) throws {
-        try forEachMixed { p in try body(Posting(key: IndexSegment.unmix(p.key), track: p.track, frame: p.frame)) }
-    }
-
-    /// The inverse of ``mix(_:)``.
-    static func unmix(_ m: UInt32) -> UInt32 {
-        let x = m ^ (m >> 16)
-        return x &* 0x0E8B_2F51  // the inverse of 0x9E3779B1 modulo 2³²
+        try forEachMixed { p in try body(Posting(key: IndexSegment.unmix(p.key, bits: keyBits), track: p.track, frame: p.frame)) }
     }
 
     /// Drops this process's mapping of the pages read so far (they stay in the page cache): bounds the
@@ -203,9 +212,10 @@ final class IndexSegment {
     }
 }
 
-/// Writes an ``IndexSegment`` from postings given in mixed-key order (see ``IndexSegment/mix(_:)``). The file appears under its name only when complete (written beside it, synced, renamed).
+/// Writes an ``IndexSegment`` from postings given in mixed-key order (see ``IndexSegment/mix(_:bits:)``). The file appears under its name only when complete (written beside it, synced, renamed).
 struct IndexSegmentWriter {
     let path: String
+    let keyBits: Int
     let bucketBits: Int
     let trackBits: Int
     let firstTrack: UInt32
@@ -221,11 +231,16 @@ struct IndexSegmentWriter {
     private var appended = 0
     private var lastMixed: UInt32?
 
-    /// - Parameters: `postingCount` must be the exact number that will be appended; tracks must lie in `tracks`.
-    init(path: String, postingCount: Int, tracks: ClosedRange<UInt32>) throws {
+    /// - Parameters: `postingCount` must be the exact number that will be appended; tracks must lie in `tracks`;
+    ///   keys must have at most `keyBits` (8…32) bits.
+    init(path: String, postingCount: Int, tracks: ClosedRange<UInt32>, keyBits: Int) throws {
+        guard (8...32).contains(keyBits) else {
+            throw IndexSegment.error(path, "keys of \(keyBits) bits are not supported", code: .invalidArgument)
+        }
         self.path = path
         self.postingCount = postingCount
-        bucketBits = IndexSegment.bucketBits(for: postingCount)
+        self.keyBits = keyBits
+        bucketBits = IndexSegment.bucketBits(for: postingCount, keyBits: keyBits)
         firstTrack = tracks.lowerBound
         lastTrack = tracks.upperBound
         var t = 1
@@ -243,13 +258,19 @@ struct IndexSegmentWriter {
     }
 
     mutating func append(_ p: Posting) throws {
-        try appendMixed(Posting(key: IndexSegment.mix(p.key), track: p.track, frame: p.frame))
+        guard UInt64(p.key) >> UInt64(keyBits) == 0 else {
+            throw IndexSegment.error(path, "key \(p.key) has more than \(keyBits) bits", code: .invalidArgument)
+        }
+        try appendMixed(Posting(key: IndexSegment.mix(p.key, bits: keyBits), track: p.track, frame: p.frame))
     }
 
     /// Appends a posting whose key is already mixed.
     mutating func appendMixed(_ p: Posting) throws {
         let m = p.key
-        let residualBits = 32 - bucketBits
+        let residualBits = keyBits - bucketBits
+        guard UInt64(m) >> UInt64(keyBits) == 0 else {
+            throw IndexSegment.error(path, "mixed key \(m) has more than \(keyBits) bits", code: .invalidArgument)
+        }
         let b = Int(m >> UInt32(residualBits))
         if let last = lastMixed, last > m {
             throw IndexSegment.error(path, "postings appended out of order", code: .invalidArgument)
@@ -266,7 +287,7 @@ struct IndexSegmentWriter {
     /// Writes the pending bucket and records the start of every bucket up to `next`.
     private mutating func flushBucket(upTo next: Int) throws {
         if currentBucket >= 0, !bucket.isEmpty {
-            let residualBits = 32 - bucketBits
+            let residualBits = keyBits - bucketBits
             var fw = 1
             let maxFrame = bucket.map(\.frame).max() ?? 0
             while fw < 32, UInt64(maxFrame) >> UInt64(fw) > 0 { fw += 1 }
@@ -323,7 +344,8 @@ struct IndexSegmentWriter {
         put64(written, 24)
         put32(firstTrack, 32)
         put32(lastTrack, 36)
-        put64(header.withUnsafeBytes { IndexSegment.checksum($0.baseAddress!, count: 40) }, 40)
+        put32(UInt32(keyBits), 40)
+        put64(header.withUnsafeBytes { IndexSegment.checksum($0.baseAddress!, count: 48) }, 48)
         var dir = [UInt8]()
         dir.reserveCapacity(directory.count * 8)
         for d in directory { withUnsafeBytes(of: d.littleEndian) { dir.append(contentsOf: $0) } }

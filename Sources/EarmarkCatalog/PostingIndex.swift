@@ -34,6 +34,8 @@ final class PostingIndex {
     let folder: String
     let catalogID: String
     let keys: String
+    /// Bits of a key in the landmark design `keys` (segments store only these).
+    let keyBits: Int
     private(set) var manifest: IndexManifest
     private(set) var segments: [IndexSegment] = []
     /// Removed tracks as a bitmap by id.
@@ -46,11 +48,13 @@ final class PostingIndex {
     static func folder(forCatalog path: String) -> String { path + "-index" }
     private var manifestPath: String { folder + "/manifest.json" }
 
-    /// Opens the index of catalog `catalogID` in `folder`; a missing folder or manifest is an empty index.
-    init(folder: String, catalogID: String, keys: String) throws {
+    /// Opens the index of catalog `catalogID` in `folder`, whose keys of `keyBits` bits come from the landmark
+    /// design `keys`; a missing folder or manifest is an empty index.
+    init(folder: String, catalogID: String, keys: String, keyBits: Int) throws {
         self.folder = folder
         self.catalogID = catalogID
         self.keys = keys
+        self.keyBits = keyBits
         manifest = IndexManifest(catalog: catalogID, keys: keys)
         try refresh()
     }
@@ -106,6 +110,7 @@ final class PostingIndex {
                     guard !s.file.contains("/"), !s.file.hasPrefix(".") else { throw error("the manifest names an invalid file") }
                     let seg = try IndexSegment(path: folder + "/" + s.file)
                     guard seg.postingCount == s.postings else { throw error("segment \(s.file) holds \(seg.postingCount) postings, the manifest says \(s.postings)") }
+                    guard seg.keyBits == keyBits else { throw error("segment \(s.file) holds keys of \(seg.keyBits) bits, the design has \(keyBits)") }
                     opened.append(seg)
                 }
                 segments = opened
@@ -194,10 +199,10 @@ final class PostingIndex {
         m.generation += 1
         m.covered = PostingIndex.normalized(m.covered + PostingIndex.ranges(tracks))
         if !postings.isEmpty {
-            PostingIndex.sortByMixedKey(&postings)
+            PostingIndex.sortByMixedKey(&postings, keyBits: keyBits)
             let file = String(format: "s%08d.seg", m.generation)
             let lo = postings.lazy.map(\.track).min()!, hi = postings.lazy.map(\.track).max()!
-            var w = try IndexSegmentWriter(path: folder + "/" + file, postingCount: postings.count, tracks: lo...hi)
+            var w = try IndexSegmentWriter(path: folder + "/" + file, postingCount: postings.count, tracks: lo...hi, keyBits: keyBits)
             do {
                 for p in postings { try w.append(p) }
                 try w.finish()
@@ -243,7 +248,7 @@ final class PostingIndex {
         }
         var merged: [IndexManifest.Segment] = []
         if count > 0 {
-            var w = try IndexSegmentWriter(path: folder + "/" + file, postingCount: count, tracks: lo...hi)
+            var w = try IndexSegmentWriter(path: folder + "/" + file, postingCount: count, tracks: lo...hi, keyBits: keyBits)
             do {
                 var cursors = try inputs.map { try IndexSegment.Cursor($0) }
                 var heads = try cursors.indices.map { try cursors[$0].next() }
@@ -328,8 +333,8 @@ final class PostingIndex {
     }
 
     /// Sorts by mixed key (the order segments store), stably: postings of one key keep their order.
-    static func sortByMixedKey(_ postings: inout [Posting]) {
-        radixSort(&postings) { IndexSegment.mix($0.key) }
+    static func sortByMixedKey(_ postings: inout [Posting], keyBits: Int) {
+        radixSort(&postings) { IndexSegment.mix($0.key, bits: keyBits) }
     }
 
     /// A stable LSD radix sort on a 32-bit key, in two passes of 16 bits.

@@ -17,11 +17,11 @@ func randomPostings(seed: UInt64, count: Int, keys: ClosedRange<UInt32> = 0...UI
     }
 }
 
-func writeSegment(_ postings: [EarmarkCatalog.Posting], to path: String) throws -> IndexSegment {
+func writeSegment(_ postings: [EarmarkCatalog.Posting], to path: String, keyBits: Int = 32) throws -> IndexSegment {
     var sorted = postings
-    PostingIndex.sortByMixedKey(&sorted)
+    PostingIndex.sortByMixedKey(&sorted, keyBits: keyBits)
     let lo = sorted.map(\.track).min() ?? 0, hi = sorted.map(\.track).max() ?? 0
-    var w = try IndexSegmentWriter(path: path, postingCount: sorted.count, tracks: lo...hi)
+    var w = try IndexSegmentWriter(path: path, postingCount: sorted.count, tracks: lo...hi, keyBits: keyBits)
     for p in sorted { try w.append(p) }
     try w.finish()
     return try IndexSegment(path: path)
@@ -31,24 +31,31 @@ struct Found: Hashable { var key: UInt32; var track: UInt32; var frame: UInt32 }
 
 @Suite("Index segments")
 struct IndexSegmentTests {
-    @Test("mix is a bijection: unmix undoes it")
-    func mixRoundTrip() {
+    @Test("mix is a bijection within the key's bits: unmix undoes it, and 13-bit keys fill all 8,192 values", arguments: [8, 13, 21, 32])
+    func mixRoundTrip(bits: Int) {
         var rng = SeededRandom(seed: 5)
+        let top = UInt32(truncatingIfNeeded: (UInt64(1) << UInt64(bits)) - 1)
         for _ in 0..<100_000 {
-            let k = UInt32.random(in: 0...UInt32.max, using: &rng)
-            #expect(IndexSegment.unmix(IndexSegment.mix(k)) == k)
+            let k = UInt32.random(in: 0...top, using: &rng)
+            let m = IndexSegment.mix(k, bits: bits)
+            #expect(m <= top && IndexSegment.unmix(m, bits: bits) == k)
         }
-        #expect(IndexSegment.unmix(IndexSegment.mix(0)) == 0 && IndexSegment.unmix(IndexSegment.mix(.max)) == .max)
+        #expect(IndexSegment.unmix(IndexSegment.mix(0, bits: bits), bits: bits) == 0)
+        #expect(IndexSegment.unmix(IndexSegment.mix(top, bits: bits), bits: bits) == top)
+        if bits == 13 { #expect(Set((0...top).map { IndexSegment.mix($0, bits: bits) }).count == 8_192) }
     }
 
-    @Test("a segment returns exactly the postings of each key, at sizes from one posting to 300,000", arguments: [1, 70, 5_000, 300_000])
-    func roundTrip(count: Int) throws {
+    @Test("a segment returns exactly the postings of each key, at sizes from one posting to 300,000, for 32- and 21-bit keys",
+          arguments: [1, 70, 5_000, 300_000], [32, 21])
+    func roundTrip(count: Int, keyBits: Int) throws {
         let dir = try TemporaryDirectory("segment")
         // Few distinct keys among many postings, so that keys repeat within buckets.
+        let top = UInt32(truncatingIfNeeded: (UInt64(1) << UInt64(keyBits)) - 1)
         let postings = randomPostings(seed: UInt64(count), count: count, keys: 0...UInt32(max(1, count / 3)) &* 7919)
-        let segment = try writeSegment(postings, to: dir.path("s.seg"))
-        #expect(segment.postingCount == count)
-        #expect(segment.bucketBits == IndexSegment.bucketBits(for: count))
+            .map { EarmarkCatalog.Posting(key: $0.key & top, track: $0.track, frame: $0.frame) }
+        let segment = try writeSegment(postings, to: dir.path("s.seg"), keyBits: keyBits)
+        #expect(segment.postingCount == count && segment.keyBits == keyBits)
+        #expect(segment.bucketBits == IndexSegment.bucketBits(for: count, keyBits: keyBits))
         var byKey: [UInt32: [Found]] = [:]
         for p in postings { byKey[p.key, default: []].append(Found(key: p.key, track: p.track, frame: p.frame)) }
         for (key, want) in byKey.prefix(2_000) {
@@ -59,7 +66,7 @@ struct IndexSegmentTests {
         var rng = SeededRandom(seed: 9)
         var strays = 0
         for _ in 0..<2_000 {
-            let k = UInt32.random(in: 0...UInt32.max, using: &rng)
+            let k = UInt32.random(in: 0...UInt32.max, using: &rng)  // above 2^keyBits too: nothing there
             guard byKey[k] == nil else { continue }
             try segment.lookup(k) { _, _ in strays += 1 }
         }
@@ -68,6 +75,29 @@ struct IndexSegmentTests {
         try segment.forEach { all.append(Found(key: $0.key, track: $0.track, frame: $0.frame)) }
         #expect(all.count == count)
         #expect(Set(all) == Set(postings.map { Found(key: $0.key, track: $0.track, frame: $0.frame) }))
+    }
+
+    @Test("keys of 21 bits are stored in fewer bits than keys of 32; a bucket per key when postings outnumber keys")
+    func narrowKeys() throws {
+        let dir = try TemporaryDirectory("segment-narrow")
+        let postings = randomPostings(seed: 11, count: 200_000, keys: 0...((1 << 21) - 1))
+        let wide = try writeSegment(postings, to: dir.path("32.seg"), keyBits: 32)
+        let narrow = try writeSegment(postings, to: dir.path("21.seg"), keyBits: 21)
+        func size(_ s: IndexSegment) throws -> Int { try FileManager.default.attributesOfItem(atPath: s.path)[.size] as! Int }
+        let (wideBytes, narrowBytes) = (try size(wide), try size(narrow))
+        // 11 bits of residual fewer per posting: 200,000 × 11 / 8 = 275,000 bytes.
+        #expect(wideBytes - narrowBytes >= 270_000, "\(wideBytes) vs \(narrowBytes)")
+        let few = randomPostings(seed: 12, count: 50_000, keys: 0...255)
+        let tiny = try writeSegment(few, to: dir.path("8.seg"), keyBits: 8)
+        #expect(tiny.bucketBits == 8)
+        var n = 0
+        for key in UInt32(0)...300 { try tiny.lookup(key) { _, _ in n += 1 } }
+        #expect(n == few.count)
+        let wrong = EarmarkCatalog.Posting(key: 1 << 21, track: 1, frame: 0)
+        var w = try IndexSegmentWriter(path: dir.path("bad.seg"), postingCount: 1, tracks: 1...1, keyBits: 21)
+        #expect(throws: CatalogError.self) { try w.append(wrong) }
+        w.abandon()
+        #expect(throws: CatalogError.self) { _ = try IndexSegmentWriter(path: dir.path("bad.seg"), postingCount: 1, tracks: 1...1, keyBits: 33) }
     }
 
     @Test("long tracks and large track ids keep their frames and ids (widths chosen per bucket and segment)")
@@ -85,15 +115,15 @@ struct IndexSegmentTests {
         let dir = try TemporaryDirectory("segment-refuse")
         let path = dir.path("r.seg")
         var sorted = randomPostings(seed: 4, count: 100)
-        PostingIndex.sortByMixedKey(&sorted)
-        var w = try IndexSegmentWriter(path: path, postingCount: 100, tracks: 1...500)
+        PostingIndex.sortByMixedKey(&sorted, keyBits: 32)
+        var w = try IndexSegmentWriter(path: path, postingCount: 100, tracks: 1...500, keyBits: 32)
         try w.append(sorted[1])
         #expect(throws: CatalogError.self) { try w.append(sorted[0]) }
         w.abandon()
-        var w2 = try IndexSegmentWriter(path: path, postingCount: 100, tracks: 1...10)
+        var w2 = try IndexSegmentWriter(path: path, postingCount: 100, tracks: 1...10, keyBits: 32)
         #expect(throws: CatalogError.self) { try w2.append(EarmarkCatalog.Posting(key: 1, track: 11, frame: 0)) }
         w2.abandon()
-        var w3 = try IndexSegmentWriter(path: path, postingCount: 100, tracks: 1...500)
+        var w3 = try IndexSegmentWriter(path: path, postingCount: 100, tracks: 1...500, keyBits: 32)
         for p in sorted.prefix(99) { try w3.append(p) }
         #expect(throws: CatalogError.self) { try w3.finish() }
         w3.abandon()
@@ -116,7 +146,7 @@ struct IndexSegmentTests {
             return p
         }
         // Header fields: refused at opening.
-        for (name, at) in [("magic", 0), ("bits", 8), ("count", 16), ("track", 36), ("checksum", 40)] {
+        for (name, at) in [("magic", 0), ("bits", 8), ("count", 16), ("track", 36), ("keyBits", 40), ("reserved", 44), ("checksum", 48)] {
             let p = try variant(name) { $0[at] ^= 0x5A }
             #expect(throws: CatalogError.self, "\(name)") { _ = try IndexSegment(path: p) }
         }
@@ -160,7 +190,7 @@ struct PostingIndexTests {
     @Test("segments added one by one merge as a binary counter (few segments), and lookups answer as one set would")
     func mergesKeepFewSegments() throws {
         let dir = try TemporaryDirectory("posting-index")
-        let index = try PostingIndex(folder: dir.path("x-index"), catalogID: "c1", keys: "k")
+        let index = try PostingIndex(folder: dir.path("x-index"), catalogID: "c1", keys: "k", keyBits: 32)
         try index.acquireLock(timeout: 1)
         var all: [EarmarkCatalog.Posting] = []
         for batch in 0..<13 {
@@ -176,7 +206,7 @@ struct PostingIndexTests {
         let want = Set(all.filter { keys.contains($0.key) }.map { Found(key: $0.key, track: $0.track, frame: $0.frame) })
         #expect(try lookupAll(index, Array(keys)) == want)
         // Another connection reading the folder sees the same.
-        let reader = try PostingIndex(folder: dir.path("x-index"), catalogID: "c1", keys: "k")
+        let reader = try PostingIndex(folder: dir.path("x-index"), catalogID: "c1", keys: "k", keyBits: 32)
         #expect(try lookupAll(reader, Array(keys)) == want)
         // Files on disk: the manifest, the lock and exactly the listed segments.
         let files = Set(try FileManager.default.contentsOfDirectory(atPath: dir.path("x-index")))
@@ -186,7 +216,7 @@ struct PostingIndexTests {
     @Test("removed tracks are skipped at once and dropped by the next full merge, which also forgets them")
     func removals() throws {
         let dir = try TemporaryDirectory("posting-index-remove")
-        let index = try PostingIndex(folder: dir.path("x-index"), catalogID: "c1", keys: "k")
+        let index = try PostingIndex(folder: dir.path("x-index"), catalogID: "c1", keys: "k", keyBits: 32)
         try index.acquireLock(timeout: 1)
         var p = randomPostings(seed: 1, count: 5_000, keys: 0...2_000, tracks: 1...20)
         let all = p
@@ -209,22 +239,23 @@ struct PostingIndexTests {
     func refusals() throws {
         let dir = try TemporaryDirectory("posting-index-refuse")
         let folder = dir.path("x-index")
-        let index = try PostingIndex(folder: folder, catalogID: "c1", keys: "k")
+        let index = try PostingIndex(folder: folder, catalogID: "c1", keys: "k", keyBits: 32)
         try index.acquireLock(timeout: 1)
         var p = randomPostings(seed: 1, count: 100)
         try index.addSegment(&p, tracks: [1], live: { _ in true })
         index.releaseLock()
-        #expect(catalogError { _ = try PostingIndex(folder: folder, catalogID: "c2", keys: "k") } == .damaged)
-        #expect(catalogError { _ = try PostingIndex(folder: folder, catalogID: "c1", keys: "other") } == .versionMismatch)
+        #expect(catalogError { _ = try PostingIndex(folder: folder, catalogID: "c2", keys: "k", keyBits: 32) } == .damaged)
+        #expect(catalogError { _ = try PostingIndex(folder: folder, catalogID: "c1", keys: "other", keyBits: 32) } == .versionMismatch)
+        #expect(catalogError { _ = try PostingIndex(folder: folder, catalogID: "c1", keys: "k", keyBits: 21) } == .damaged)
         try Data("{not json".utf8).write(to: URL(fileURLWithPath: folder + "/manifest.json"))
-        #expect(catalogError { _ = try PostingIndex(folder: folder, catalogID: "c1", keys: "k") } == .damaged)
+        #expect(catalogError { _ = try PostingIndex(folder: folder, catalogID: "c1", keys: "k", keyBits: 32) } == .damaged)
     }
 
     @Test("a second writer waits for the lock, then fails with .locked")
     func writerLock() throws {
         let dir = try TemporaryDirectory("posting-index-lock")
-        let a = try PostingIndex(folder: dir.path("x-index"), catalogID: "c1", keys: "k")
-        let b = try PostingIndex(folder: dir.path("x-index"), catalogID: "c1", keys: "k")
+        let a = try PostingIndex(folder: dir.path("x-index"), catalogID: "c1", keys: "k", keyBits: 32)
+        let b = try PostingIndex(folder: dir.path("x-index"), catalogID: "c1", keys: "k", keyBits: 32)
         try a.acquireLock(timeout: 1)
         #expect(catalogError { try b.acquireLock(timeout: 0.1) } == .locked)
         a.releaseLock()
@@ -256,6 +287,45 @@ struct CatalogIndexTests {
         #expect(try postings(next, c.map(\.hash)).filter { $0.track == trackC.id } == expected(c, track: trackC.id))
         #expect(try next.check().isEmpty)
         try writer.close()
+    }
+
+    @Test("a flush gives the pending rows' pages back, so the file shrinks; compact converts a catalog made without auto_vacuum")
+    func flushShrinksFile() throws {
+        let dir = try TemporaryDirectory("shrink")
+        func pages(_ path: String) throws -> (count: Int, free: Int) {
+            let out = try Run.sqlite(path, "SELECT (SELECT page_count FROM pragma_page_count), (SELECT freelist_count FROM pragma_freelist_count)")
+            let v = out.trimmingCharacters(in: .whitespacesAndNewlines).split(separator: "|").compactMap { Int($0) }
+            guard v.count == 2 else { throw TestSupportError("sqlite3 said \(out)") }
+            return (v[0], v[1])
+        }
+        func fill(_ c: Catalog, from: Int) throws {
+            for i in from..<(from + 10) {
+                _ = try c.add(NewTrack(title: "T\(i)", duration: 240, contentHash: "h\(i)"),
+                              landmarks: makeLandmarks(seed: UInt64(i), count: 30_000), peaks: makePeaks(seed: UInt64(i), count: 100))
+            }
+        }
+        let path = dir.path("a.earcat")
+        let c = try Catalog(path: path, create: true)
+        try fill(c, from: 0)
+        let before = try pages(path)
+        try c.flushIndex()
+        let after = try pages(path)
+        // 300,000 pending landmarks take well over 100 pages of 4 KiB.
+        #expect(after.free == 0 && before.count - after.count > 100, "\(before) → \(after)")
+        // A file without auto_vacuum (as made by schema-2 builds) keeps its free pages until compact.
+        let old = dir.path("old.earcat")
+        try LegacyCatalog.writeSchema2(path: old, signatureVersion: Int(SignatureConfiguration.current.version),
+                                       minBin: SignatureConfiguration.current.minBin, tracks: [])
+        let o = try Catalog(path: old)
+        try fill(o, from: 0)
+        try o.flushIndex()
+        #expect(try pages(old).free > 100)
+        try o.compact()
+        #expect(try pages(old).free == 0)
+        try fill(o, from: 10)
+        try o.flushIndex()
+        #expect(try pages(old).free == 0)
+        #expect(try o.check().isEmpty && o.tracks().count == 20)
     }
 
     @Test("a catalog whose index folder is gone is refused with a clear error, and check says which tracks lack postings")
