@@ -18,6 +18,8 @@ import Foundation
 public final class Catalog {
     /// The schema version this build writes; older catalogs are migrated when opened for writing.
     public static let schemaVersion = 3
+    /// The layout version of the hash index's segment files (their magic is `EARMKIX` and this digit).
+    public static let indexFormat = 2
     /// `PRAGMA application_id` of Earmark catalogs ("ERMK").
     static let applicationID: Int32 = 0x4552_4D4B
     /// Pending postings that make a writer flush them into a segment (and the size of the batches

@@ -21,7 +21,7 @@ struct Posting: Equatable {
 /// so a lookup reads one bucket and binary-searches it. Everything read from the file is checked before it is
 /// used: a damaged segment throws, never traps.
 final class IndexSegment {
-    static let magic: [UInt8] = Array("EARMKIX2".utf8)
+    static let magic: [UInt8] = Array("EARMKIX\(Catalog.indexFormat)".utf8)
     static let headerBytes = 64
     static let maximumBucketBits = 26
 

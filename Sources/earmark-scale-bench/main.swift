@@ -255,7 +255,7 @@ struct ScaleCatalog {
     var seed: UInt64
     var version: UInt16
     var folder: String
-    var name: String { "scale-\(hours)h-seed\(seed)-sig\(version)-schema\(Catalog.schemaVersion)" }
+    var name: String { "scale-\(hours)h-seed\(seed)-sig\(version)-schema\(Catalog.schemaVersion)-ix\(Catalog.indexFormat)" }
     var path: String { folder + "/" + name + ".earcat" }
     /// Where it is built; renamed to ``path`` once complete.
     var buildingPath: String { folder + "/" + name + ".partial.earcat" }
@@ -989,7 +989,7 @@ if let skew = o.skewQueries { clips += await prepareClips(skew, set: "skew", cac
 
 /// Sizes of the catalogs of this seed and version in the cache, in increasing order.
 func cachedSizes(in cache: String, seed: UInt64, version: UInt16) -> [Int] {
-    let pattern = try! Regex("^scale-([0-9]+)h-seed\(seed)-sig\(version)-schema\(Catalog.schemaVersion)\\.earcat$")
+    let pattern = try! Regex("^scale-([0-9]+)h-seed\(seed)-sig\(version)-schema\(Catalog.schemaVersion)-ix\(Catalog.indexFormat)\\.earcat$")
     return ((try? FileManager.default.contentsOfDirectory(atPath: cache)) ?? []).compactMap { name in
         (try? pattern.wholeMatch(in: name)).flatMap { $0.output[1].substring.flatMap { Int($0) } }
     }.sorted()
