@@ -758,11 +758,13 @@ public final class Catalog {
     }
 
     /// Calls `body(i, trackID, frame)` for every posting of each hash `hashes[i]` (distinct hashes): from the
-    /// index segments, and from tracks still pending.
-    public func lookup(hashes: [UInt32], _ body: (Int, Int64, UInt32) -> Void) throws {
+    /// index segments, and from tracks still pending. `commonHashes`: skip, within a segment, a hash with more
+    /// than this many times the segment's mean postings per hash (and more than 64): so common it says little
+    /// about which track is playing, while its postings are most of a lookup's hits. nil: skip none.
+    public func lookup(hashes: [UInt32], commonHashes: Double? = nil, _ body: (Int, Int64, UInt32) -> Void) throws {
         guard !hashes.isEmpty else { return }
         let index = try self.index()
-        try index.lookup(keys: hashes) { i, track, frame in body(i, Int64(track), frame) }
+        try index.lookup(keys: hashes, commonKeys: commonHashes) { i, track, frame in body(i, Int64(track), frame) }
         let pending = try currentPendingOverlay(index)
         guard !pending.isEmpty else { return }
         for (i, h) in hashes.enumerated() {

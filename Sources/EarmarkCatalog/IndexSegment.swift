@@ -156,8 +156,8 @@ final class IndexSegment {
         return Posting(key: m, track: track, frame: frame)
     }
 
-    /// Calls `body(track, frame)` for every posting of `key`.
-    func lookup(_ key: UInt32, _ body: (UInt32, UInt32) -> Void) throws {
+    /// Calls `body(track, frame)` for every posting of `key`; none when the key has more than `limit`.
+    func lookup(_ key: UInt32, limit: Int = .max, _ body: (UInt32, UInt32) -> Void) throws {
         guard UInt64(key) >> UInt64(keyBits) == 0 else { return }
         let m = IndexSegment.mix(key, bits: keyBits)
         let residualBits = keyBits - bucketBits
@@ -171,6 +171,16 @@ final class IndexSegment {
         while lo < hi {
             let mid = (lo + hi) >> 1
             if bits(at: b.firstBit + mid * b.width, width: residualBits) < residual { lo = mid + 1 } else { hi = mid }
+        }
+        if limit < b.count - lo {
+            // Past the key's postings, the first residual above it.
+            var end = lo
+            var top = b.count
+            while end < top {
+                let mid = (end + top) >> 1
+                if bits(at: b.firstBit + mid * b.width, width: residualBits) <= residual { end = mid + 1 } else { top = mid }
+            }
+            if end - lo > limit { return }
         }
         var i = lo
         while i < b.count {

@@ -141,12 +141,17 @@ final class PostingIndex {
         manifest.covered.contains { $0.count == 2 && $0[0] <= id && id <= $0[1] }
     }
 
-    /// Calls `body(i, track, frame)` for every posting of each key `keys[i]`, from every segment.
-    func lookup(keys: [UInt32], _ body: (Int, UInt32, UInt32) -> Void) throws {
+    /// Calls `body(i, track, frame)` for every posting of each key `keys[i]`, from every segment. With
+    /// `commonKeys`, a key with more than that many times a segment's mean postings per key (and more than
+    /// ``commonKeyFloor``) there gives none from it.
+    func lookup(keys: [UInt32], commonKeys: Double? = nil, _ body: (Int, UInt32, UInt32) -> Void) throws {
         let filter = !removedBits.isEmpty
         for segment in segments {
+            let limit = commonKeys.map {
+                max(PostingIndex.commonKeyFloor, Int(($0 * Double(segment.postingCount) / Double(UInt64(1) << UInt64(keyBits))).rounded(.up)))
+            } ?? .max
             for (i, key) in keys.enumerated() {
-                try segment.lookup(key) { track, frame in
+                try segment.lookup(key, limit: limit) { track, frame in
                     if filter, isRemoved(track) { return }
                     body(i, track, frame)
                 }
@@ -154,6 +159,9 @@ final class PostingIndex {
             if segment.touchedBytes > residentBudget { segment.releasePages() }
         }
     }
+
+    /// A key with at most this many postings in a segment is never too common to look up.
+    static let commonKeyFloor = 64
 
     // MARK: Writing
 

@@ -100,6 +100,26 @@ struct IndexSegmentTests {
         #expect(throws: CatalogError.self) { _ = try IndexSegmentWriter(path: dir.path("bad.seg"), postingCount: 1, tracks: 1...1, keyBits: 33) }
     }
 
+    @Test("a lookup with a limit skips exactly the keys with more postings than it, in buckets of one key and of many")
+    func commonKeysSkipped() throws {
+        let dir = try TemporaryDirectory("segment-limit")
+        var postings: [EarmarkCatalog.Posting] = []
+        let counts: [UInt32: Int] = [7: 10, 8: 100, 9: 101, 1_000: 1_000]
+        for (key, n) in counts { for i in 0..<n { postings.append(.init(key: key, track: UInt32(1 + i % 50), frame: UInt32(i))) } }
+        postings += randomPostings(seed: 13, count: 20_000, keys: 2_000...((1 << 21) - 1), tracks: 1...50)
+        for bits in [21, 12] {
+            let top = UInt32((1 << bits) - 1)
+            let segment = try writeSegment(postings.map { .init(key: $0.key & top, track: $0.track, frame: $0.frame) },
+                                           to: dir.path("l\(bits).seg"), keyBits: bits)
+            for (key, n) in counts {
+                var all = 0, limited = 0
+                try segment.lookup(key) { _, _ in all += 1 }
+                try segment.lookup(key, limit: 100) { _, _ in limited += 1 }
+                #expect(all >= n && limited == (all > 100 ? 0 : all), "key \(key), \(bits) bits: \(all) / \(limited)")
+            }
+        }
+    }
+
     @Test("long tracks and large track ids keep their frames and ids (widths chosen per bucket and segment)")
     func wideFields() throws {
         let dir = try TemporaryDirectory("segment-wide")
@@ -211,6 +231,34 @@ struct PostingIndexTests {
         // Files on disk: the manifest, the lock and exactly the listed segments.
         let files = Set(try FileManager.default.contentsOfDirectory(atPath: dir.path("x-index")))
         #expect(files == Set(index.manifest.segments.map(\.file) + ["manifest.json", "lock"]))
+    }
+
+    @Test("commonKeys skips a key with more than that many times a segment's mean postings per key, never one at or under 64")
+    func commonKeys() throws {
+        let dir = try TemporaryDirectory("posting-index-common")
+        let index = try PostingIndex(folder: dir.path("x-index"), catalogID: "c1", keys: "k", keyBits: 8)
+        try index.acquireLock(timeout: 1)
+        // 256 keys: about 100 postings each, key 5 about 2,100 (mean ≈ 108).
+        var p = randomPostings(seed: 21, count: 25_600, keys: 0...255, tracks: 1...40)
+        p += (0..<2_000).map { EarmarkCatalog.Posting(key: 5, track: UInt32(1 + $0 % 40), frame: UInt32($0)) }
+        try index.addSegment(&p, tracks: Array(1...40), live: { _ in true })
+        func count(_ key: UInt32, _ common: Double?) throws -> Int {
+            var n = 0
+            try index.lookup(keys: [key], commonKeys: common) { _, _, _ in n += 1 }
+            return n
+        }
+        #expect(try count(5, nil) > 2_000 && count(5, 4) == 0)
+        #expect(try count(6, 4) == count(6, nil) && count(6, nil) > 50)
+        // Factor 0.1 would be a limit of 11: the floor of 64 keeps keys of up to 64 postings.
+        #expect(try count(6, 0.1) == 0)
+        var small = randomPostings(seed: 22, count: 2_000, keys: 0...255, tracks: 41...42)
+        let other = try PostingIndex(folder: dir.path("y-index"), catalogID: "c1", keys: "k", keyBits: 8)
+        try other.acquireLock(timeout: 1)
+        try other.addSegment(&small, tracks: [41, 42], live: { _ in true })
+        var n = 0, all = 0
+        try other.lookup(keys: Array(0...255), commonKeys: 0.1) { _, _, _ in n += 1 }
+        try other.lookup(keys: Array(0...255)) { _, _, _ in all += 1 }
+        #expect(n == all && all == 2_000)
     }
 
     @Test("removed tracks are skipped at once and dropped by the next full merge, which also forgets them")
