@@ -40,6 +40,11 @@ public struct MatchOptions: Sendable, Equatable {
     /// The number of skews the whole search covers when ``skewTrials`` holds only one slice of it (a stream
     /// spreads the grid over its attempts); the significance is charged for all of them. nil: `skewTrials.count`.
     public var skewSearchSize: Int? = nil
+    /// The skew search does not look up hashes with more than this many times the index's mean postings
+    /// per hash (see ``Catalog/lookup(hashes:commonHashes:_:)``): in a large catalog they are half of a
+    /// search's hits and a small part of a match's. nil: every hash. Default 16; the searches as is (first
+    /// and deep pass) always look up every hash.
+    public var commonHashes: Double? = 16
     /// Decades more than ``minimumSignificance`` that a track needs when another track aligns more hashes with
     /// the clip but is not a match. Music that is not in the catalog fits some track's peaks now and then
     /// (same key, same beat grid), more often than chance says; such look-alikes are mostly outvoted by yet
@@ -326,6 +331,7 @@ public final class Matcher {
     /// One search of `signature` (`skewed`: a skew trial's unskewed copy of the clip).
     private func matchOnce(_ signature: Signature, trials: Int, minimumHits: Int? = nil,
                            role: LandmarkRole = .query, skewed: Bool = false) throws -> MatchResult {
+        let common = skewed ? options.commonHashes : nil
         let landmarks = Landmarks.extract(from: signature, role: role, configuration: configuration)
         // Query landmarks sorted by hash; `starts[k]` is the index of the first one with hash `distinct[k]`.
         let sorted = landmarks.sorted { ($0.hash, $0.frame) < ($1.hash, $1.frame) }
@@ -339,7 +345,7 @@ public final class Matcher {
 
         var hits: [Hit] = []
         hits.reserveCapacity(landmarks.count * 4)
-        try catalog.lookup(hashes: distinct) { k, track, rframe in
+        try catalog.lookup(hashes: distinct, commonHashes: common) { k, track, rframe in
             let hash = distinct[k]
             var i = starts[k]
             while i < sorted.count, sorted[i].hash == hash {
@@ -374,6 +380,10 @@ public final class Matcher {
         }
         var matches: [Match] = []
         for (rank, candidate) in considered.enumerated() {
+            // Its best offset aligns fewer hashes than this search requires, and its other offsets fewer
+            // still: it cannot be accepted, so its peaks need not be verified (most candidates of a skew
+            // trial or of a clip that is not in the catalog).
+            guard candidate.hits >= (minimumHits ?? options.minimumHits) else { continue }
             guard let track = tracks[candidate.track] else { continue }
             var t = candidate
             var v = try check(t.track, t.offset)
@@ -629,29 +639,46 @@ struct Hit {
     var qframe: UInt32
     var hash: UInt32
 
-    /// Sorts by key, then hash, stably: an LSD radix sort on the key's bytes (bytes every hit shares
-    /// are skipped), then insertion sort by hash inside each run of equal keys, which is short.
+    /// Sorts by key, then hash, stably: an LSD radix sort in 11-bit digits on the key's varying bits only
+    /// (the tracks and offsets of one search span far fewer than the key's 64 bits: at 100 hours about 11
+    /// and 18, so three passes instead of eight), then insertion sort by hash inside each run of equal
+    /// keys, which is short.
     static func sort(_ hits: inout [Hit]) {
         let n = hits.count
         guard n > 1 else { return }
+        var tMin = UInt32.max, tMax = UInt32(0), oMin = UInt32.max, oMax = UInt32(0)
+        for h in hits {
+            let t = UInt32(truncatingIfNeeded: h.key >> 32), o = UInt32(truncatingIfNeeded: h.key)
+            tMin = min(tMin, t); tMax = max(tMax, t); oMin = min(oMin, o); oMax = max(oMax, o)
+        }
+        let oBits = 32 - (oMax - oMin).leadingZeroBitCount, tBits = 32 - (tMax - tMin).leadingZeroBitCount
+        // Order-preserving: (track, offset) less their minima, packed into oBits + tBits bits.
+        @inline(__always) func packed(_ key: UInt64) -> UInt64 {
+            UInt64(UInt32(truncatingIfNeeded: key >> 32) &- tMin) << UInt64(oBits) | UInt64(UInt32(truncatingIfNeeded: key) &- oMin)
+        }
+        let digit = 11, passes = (oBits + tBits + digit - 1) / digit
         var other = [Hit](unsafeUninitializedCapacity: n) { _, count in count = n }
         var inOther = false
         hits.withUnsafeMutableBufferPointer { a in
             other.withUnsafeMutableBufferPointer { b in
-                var counts = [Int](repeating: 0, count: 256)
-                for shift in stride(from: 0, to: 64, by: 8) {
-                    let (src, dst) = inOther ? (b, a) : (a, b)
-                    for i in 0..<256 { counts[i] = 0 }
-                    for h in src { counts[Int(truncatingIfNeeded: h.key >> UInt64(shift)) & 255] += 1 }
-                    if counts.contains(n) { continue }
-                    var sum = 0
-                    for i in 0..<256 { let c = counts[i]; counts[i] = sum; sum += c }
-                    for h in src {
-                        let d = Int(truncatingIfNeeded: h.key >> UInt64(shift)) & 255
-                        dst[counts[d]] = h
-                        counts[d] += 1
+                var counts = [Int](repeating: 0, count: 1 << digit)
+                counts.withUnsafeMutableBufferPointer { c in
+                    let mask = UInt64((1 << digit) - 1)
+                    for pass in 0..<passes {
+                        let shift = UInt64(pass * digit)
+                        let (src, dst) = inOther ? (b, a) : (a, b)
+                        for i in c.indices { c[i] = 0 }
+                        for h in src { c[Int(truncatingIfNeeded: (packed(h.key) >> shift) & mask)] += 1 }
+                        if c.contains(n) { continue }
+                        var sum = 0
+                        for i in c.indices { let k = c[i]; c[i] = sum; sum += k }
+                        for h in src {
+                            let d = Int(truncatingIfNeeded: (packed(h.key) >> shift) & mask)
+                            dst[c[d]] = h
+                            c[d] += 1
+                        }
+                        inOther.toggle()
                     }
-                    inOther.toggle()
                 }
                 let s = inOther ? b : a
                 var i = 1

@@ -529,13 +529,17 @@ struct HitLineTests {
 
 @Suite("Hit ordering")
 struct HitSortTests {
-    @Test("the radix sort orders hits as a stable sort by key then hash does", arguments: [0, 1, 2, 17, 5_000])
-    func radixMatchesStableSort(count: Int) {
+    @Test("the radix sort orders hits as a stable sort by key then hash does", arguments: [0, 1, 2, 17, 5_000], [5, 1 << 31])
+    func radixMatchesStableSort(count: Int, tracks: UInt64) {
         var rng = SeededRandom(seed: UInt64(count) + 11)
-        // Few tracks, offsets on both sides of zero, repeated keys and hashes: every byte pass and tie.
-        let hits = (0..<count).map { i in
-            Hit(key: Hit.key(track: Int64(rng.next() % 5 + 1), offset: Int32(Int(rng.next() % 400) - 200) * (i % 7 == 0 ? 4_000 : 1)),
-                qframe: UInt32(i), hash: UInt32(rng.next() % 6))
+        // Few tracks, offsets on both sides of zero, repeated keys and hashes: every digit pass and tie. With
+        // track ids up to 2³¹ and offsets up to ±2³¹, the key's varying bits are all 64 (six passes).
+        var hits: [Hit] = []
+        for i in 0..<count {
+            let track = Int64(rng.next() % tracks + 1)
+            let near = Int32(Int(rng.next() % 400) - 200) * (i % 7 == 0 ? 4_000 : 1)
+            let offset: Int32 = tracks > 5 && i % 3 == 0 ? Int32(truncatingIfNeeded: rng.next()) : near
+            hits.append(Hit(key: Hit.key(track: track, offset: offset), qframe: UInt32(i), hash: UInt32(rng.next() % 6)))
         }
         var radix = hits
         Hit.sort(&radix)
