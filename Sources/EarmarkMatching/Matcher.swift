@@ -45,6 +45,13 @@ public struct MatchOptions: Sendable, Equatable {
     /// search's hits and a small part of a match's. nil: every hash. Default 16; the searches as is (first
     /// and deep pass) always look up every hash.
     public var commonHashes: Double? = 16
+    /// The skew search pairs the clip's peaks of rank below this … Default 24 (the search as is: 36).
+    public var skewRankLimit = 24
+    /// … each with this many of its strongest targets. Default 12 (the search as is: 24). A skew trial's
+    /// clip is the reference's own audio respaced, not noisier than as is, so a third of the landmarks
+    /// still hold most of the reference's: at 100 h the skew searches took half the time with the same
+    /// recall (tools/scale-bench.sh; docs/benchmarks.md).
+    public var skewFanout = 12
     /// Decades more than ``minimumSignificance`` that a track needs when another track aligns more hashes with
     /// the clip but is not a match. Music that is not in the catalog fits some track's peaks now and then
     /// (same key, same beat grid), more often than chance says; such look-alikes are mostly outvoted by yet
@@ -332,7 +339,9 @@ public final class Matcher {
     private func matchOnce(_ signature: Signature, trials: Int, minimumHits: Int? = nil,
                            role: LandmarkRole = .query, skewed: Bool = false) throws -> MatchResult {
         let common = skewed ? options.commonHashes : nil
-        let landmarks = Landmarks.extract(from: signature, role: role, configuration: configuration)
+        let landmarks = skewed
+            ? Landmarks.extract(from: signature, rankLimit: options.skewRankLimit, fanout: options.skewFanout, configuration: configuration)
+            : Landmarks.extract(from: signature, role: role, configuration: configuration)
         // Query landmarks sorted by hash; `starts[k]` is the index of the first one with hash `distinct[k]`.
         let sorted = landmarks.sorted { ($0.hash, $0.frame) < ($1.hash, $1.frame) }
         var distinct: [UInt32] = [], starts: [Int] = []

@@ -57,6 +57,19 @@ public enum Landmarks {
         case .query: (configuration.queryRankLimit, configuration.queryFanout)
         case .deepQuery: (configuration.deepRankLimit, configuration.deepFanout)
         }
+        return extract(from: signature, rankLimit: limit, fanout: fanout,
+                       suppressRepeats: role == .reference && configuration.repeatSuppressionFrames > 0, configuration: configuration)
+    }
+
+    /// Query-side landmarks of `signature`'s peaks of rank below `rankLimit`, each anchor paired with its
+    /// `fanout` strongest targets, ordered by anchor frame (the roles' settings are the usual ones).
+    public static func extract(from signature: Signature, rankLimit: Int, fanout: Int,
+                               configuration: SignatureConfiguration = .current) -> [Landmark] {
+        extract(from: signature, rankLimit: rankLimit, fanout: fanout, suppressRepeats: false, configuration: configuration)
+    }
+
+    private static func extract(from signature: Signature, rankLimit limit: Int, fanout: Int, suppressRepeats: Bool,
+                                configuration: SignatureConfiguration) -> [Landmark] {
         let peaks = signature.peaks.filter { Int($0.rank) < limit }
         var out: [Landmark] = []
         out.reserveCapacity(peaks.count * min(fanout, 8))
@@ -64,7 +77,6 @@ public enum Landmarks {
         // Reference side: a hash repeated within `repeatFrames` (a sustained chord) is stored once.
         // Runs of one hash on both sides would otherwise line up at many offsets and fake a match.
         var lastSeen: [UInt32: UInt32] = [:]
-        let suppressRepeats = role == .reference && configuration.repeatSuppressionFrames > 0
         for i in peaks.indices {
             let a = peaks[i]
             targets.removeAll(keepingCapacity: true)

@@ -38,6 +38,21 @@ struct LandmarkShapeTests {
         #expect(Double(shifted) < 0.05 * Double(reference.count), "\(shifted) of \(reference.count) one offset off")
     }
 
+    @Test("the skew search's lighter landmarks (rank < 24, 12 targets) of a clean clip are a third of the query's and still hold most reference landmarks of its stretch")
+    func lighterQueryLandmarks() throws {
+        let (track, clip, offset) = try trackAndClip()
+        let reference = Landmarks.extract(from: track, role: .reference).filter { $0.frame >= offset + 100 && $0.frame < offset + 900 }
+        let full = Landmarks.extract(from: clip, role: .query)
+        let same = Landmarks.extract(from: clip, rankLimit: SignatureConfiguration.current.queryRankLimit,
+                                     fanout: SignatureConfiguration.current.queryFanout)
+        #expect(same == full)
+        let light = Landmarks.extract(from: clip, rankLimit: 24, fanout: 12)
+        let keys = Set(light.map { "\($0.hash)@\($0.frame + offset)" })
+        let found = reference.filter { keys.contains("\($0.hash)@\($0.frame)") }.count
+        #expect(light.count * 2 < full.count, "\(light.count) of \(full.count)")
+        #expect(Double(found) >= 0.75 * Double(reference.count), "\(found) of \(reference.count)")
+    }
+
     @Test("triplet hashes use all 32 bits and are far more specific than pairs: another piece of music shares far fewer of them")
     func tripletsAreSpecific() throws {
         let (track, _, _) = try trackAndClip()
