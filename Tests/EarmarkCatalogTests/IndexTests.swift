@@ -233,15 +233,23 @@ struct PostingIndexTests {
         #expect(files == Set(index.manifest.segments.map(\.file) + ["manifest.json", "lock"]))
     }
 
+    /// A locked index in `folder` holding one segment of `postings`, covering `tracks`.
+    func indexWithSegment(_ folder: String, keyBits: Int, _ postings: [EarmarkCatalog.Posting], tracks: [UInt32]) throws -> PostingIndex {
+        let index = try PostingIndex(folder: folder, catalogID: "c1", keys: "k", keyBits: keyBits)
+        try index.acquireLock(timeout: 1)
+        var p = postings
+        try index.addSegment(&p, tracks: tracks, live: { _ in true })
+        return index
+    }
+
     @Test("commonKeys skips a key with more than that many times a segment's mean postings per key, never one at or under 64")
     func commonKeys() throws {
         let dir = try TemporaryDirectory("posting-index-common")
-        let index = try PostingIndex(folder: dir.path("x-index"), catalogID: "c1", keys: "k", keyBits: 8)
-        try index.acquireLock(timeout: 1)
         // 256 keys: about 100 postings each, key 5 about 2,100 (mean ≈ 108).
-        var p = randomPostings(seed: 21, count: 25_600, keys: 0...255, tracks: 1...40)
-        p += (0..<2_000).map { EarmarkCatalog.Posting(key: 5, track: UInt32(1 + $0 % 40), frame: UInt32($0)) }
-        try index.addSegment(&p, tracks: Array(1...40), live: { _ in true })
+        let index = try indexWithSegment(dir.path("x-index"), keyBits: 8,
+                                         randomPostings(seed: 21, count: 25_600, keys: 0...255, tracks: 1...40)
+                                             + (0..<2_000).map { EarmarkCatalog.Posting(key: 5, track: UInt32(1 + $0 % 40), frame: UInt32($0)) },
+                                         tracks: Array(1...40))
         func count(_ key: UInt32, _ common: Double?) throws -> Int {
             var n = 0
             try index.lookup(keys: [key], commonKeys: common) { _, _, _ in n += 1 }
@@ -251,10 +259,8 @@ struct PostingIndexTests {
         #expect(try count(6, 4) == count(6, nil) && count(6, nil) > 50)
         // Factor 0.1 would be a limit of 11: the floor of 64 keeps keys of up to 64 postings.
         #expect(try count(6, 0.1) == 0)
-        var small = randomPostings(seed: 22, count: 2_000, keys: 0...255, tracks: 41...42)
-        let other = try PostingIndex(folder: dir.path("y-index"), catalogID: "c1", keys: "k", keyBits: 8)
-        try other.acquireLock(timeout: 1)
-        try other.addSegment(&small, tracks: [41, 42], live: { _ in true })
+        let other = try indexWithSegment(dir.path("y-index"), keyBits: 8,
+                                         randomPostings(seed: 22, count: 2_000, keys: 0...255, tracks: 41...42), tracks: [41, 42])
         var n = 0, all = 0
         try other.lookup(keys: Array(0...255), commonKeys: 0.1) { _, _, _ in n += 1 }
         try other.lookup(keys: Array(0...255)) { _, _, _ in all += 1 }
@@ -264,11 +270,8 @@ struct PostingIndexTests {
     @Test("removed tracks are skipped at once and dropped by the next full merge, which also forgets them")
     func removals() throws {
         let dir = try TemporaryDirectory("posting-index-remove")
-        let index = try PostingIndex(folder: dir.path("x-index"), catalogID: "c1", keys: "k", keyBits: 32)
-        try index.acquireLock(timeout: 1)
-        var p = randomPostings(seed: 1, count: 5_000, keys: 0...2_000, tracks: 1...20)
-        let all = p
-        try index.addSegment(&p, tracks: Array(1...20), live: { _ in true })
+        let all = randomPostings(seed: 1, count: 5_000, keys: 0...2_000, tracks: 1...20)
+        let index = try indexWithSegment(dir.path("x-index"), keyBits: 32, all, tracks: Array(1...20))
         var q = randomPostings(seed: 2, count: 500, keys: 0...2_000, tracks: 21...22)
         try index.addSegment(&q, tracks: [21, 22], live: { _ in true })
         try index.markRemoved([3, 7])
