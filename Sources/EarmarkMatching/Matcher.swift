@@ -650,8 +650,8 @@ struct Hit {
 
     /// Sorts by key, then hash, stably: an LSD radix sort in 11-bit digits on the key's varying bits only
     /// (the tracks and offsets of one search span far fewer than the key's 64 bits: at 100 hours about 11
-    /// and 18, so three passes instead of eight), then insertion sort by hash inside each run of equal
-    /// keys, which is short.
+    /// and 18, so three passes where the bytes that vary took five or six), then insertion sort by hash
+    /// inside each run of equal keys, which is short.
     static func sort(_ hits: inout [Hit]) {
         let n = hits.count
         guard n > 1 else { return }
