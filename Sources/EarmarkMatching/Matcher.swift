@@ -40,10 +40,10 @@ public struct MatchOptions: Sendable, Equatable {
     /// The number of skews the whole search covers when ``skewTrials`` holds only one slice of it (a stream
     /// spreads the grid over its attempts); the significance is charged for all of them. nil: `skewTrials.count`.
     public var skewSearchSize: Int? = nil
-    /// The skew search does not look up hashes with more than this many times the index's mean postings
-    /// per hash (see ``Catalog/lookup(hashes:commonHashes:_:)``): in a large catalog they are half of a
-    /// search's hits and a small part of a match's. nil: every hash. Default 16; the searches as is (first
-    /// and deep pass) always look up every hash.
+    /// The extra searches (the deep pass and the skew search) do not look up hashes with more than this many
+    /// times the index's mean postings per hash (see ``Catalog/lookup(hashes:commonHashes:_:)``): in a large
+    /// catalog they are half of a search's hits and a small part of a match's. nil: every hash. Default 16;
+    /// the first search always looks up every hash.
     public var commonHashes: Double? = 16
     /// The skew search pairs the clip's peaks of rank below this … Default 24 (the search as is: 36).
     public var skewRankLimit = 24
@@ -338,7 +338,7 @@ public final class Matcher {
     /// One search of `signature` (`skewed`: a skew trial's unskewed copy of the clip).
     private func matchOnce(_ signature: Signature, trials: Int, minimumHits: Int? = nil,
                            role: LandmarkRole = .query, skewed: Bool = false) throws -> MatchResult {
-        let common = skewed ? options.commonHashes : nil
+        let common = skewed || role == .deepQuery ? options.commonHashes : nil
         let landmarks = skewed
             ? Landmarks.extract(from: signature, rankLimit: options.skewRankLimit, fanout: options.skewFanout, configuration: configuration)
             : Landmarks.extract(from: signature, role: role, configuration: configuration)
