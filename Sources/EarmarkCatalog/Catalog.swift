@@ -591,7 +591,7 @@ public final class Catalog {
             return i
         }
         guard let id = try info("index_id") else { throw damaged("the catalog has no index id") }
-        let i = try PostingIndex(folder: PostingIndex.folder(forCatalog: path), catalogID: id, keys: keyDesign, keyBits: configuration.hashBits)
+        let i = try openIndex(folder: PostingIndex.folder(forCatalog: path), id: id)
         segmentIndex = i
         let total = try scalarInt("SELECT count(*) FROM tracks")
         let pending = try scalarInt("SELECT count(*) FROM pending_postings")
@@ -738,7 +738,7 @@ public final class Catalog {
     }
 
     private func migratePostingsToSegments(folder: String, id: String) throws {
-        let index = try PostingIndex(folder: folder, catalogID: id, keys: keyDesign, keyBits: configuration.hashBits)
+        let index = try openIndex(folder: folder, id: id)
         try index.acquireLock(timeout: busyTimeout)
         defer { index.releaseLock() }
         let live = try liveTracks()
@@ -821,6 +821,11 @@ public final class Catalog {
             _ = try decodePendingRow(s, index) { hash, track, frame in out[Int64(track), default: []].append(Landmark(hash: hash, frame: frame)) }
         }
         return out
+    }
+
+    /// The hash index in `folder` of the catalog with index id `id`, for this catalog's landmark design.
+    private func openIndex(folder: String, id: String) throws -> PostingIndex {
+        try PostingIndex(folder: folder, catalogID: id, keys: keyDesign, keyBits: configuration.hashBits)
     }
 
     /// Decodes the pending row `s` is on (columns: track id, landmarks blob, the track's duration), calling
@@ -1040,7 +1045,7 @@ public final class Catalog {
         do {
             if let i = segmentIndex { try i.refresh(); index = i } else {
                 guard let id = try info("index_id") else { problem("the catalog has no index id"); return out }
-                index = try PostingIndex(folder: PostingIndex.folder(forCatalog: path), catalogID: id, keys: keyDesign, keyBits: configuration.hashBits)
+                index = try openIndex(folder: PostingIndex.folder(forCatalog: path), id: id)
             }
         } catch let e as CatalogError {
             problem(e.message)
