@@ -117,14 +117,13 @@ struct UntrustedInputCLITests {
         let dir = try TemporaryDirectory("cli-killed")
         let catalog = dir.path("killed.earcat")
         // The last file is not audio libsndfile knows, so it goes to $EARMARK_FFMPEG: a script that never
-        // answers. The writer therefore cannot finish before it is killed, however the machine's load
-        // schedules this test (a starved poll used to find the writer already done).
+        // answers, and ends once the writer is gone. The writer therefore cannot finish before it is killed,
+        // however the machine's load schedules this test (a starved poll used to find the writer already done).
         let originals = f.audio.reference + f.audio.negative
         let hold = dir.path("hold.m4a")
         try Data("not audio".utf8).write(to: URL(fileURLWithPath: hold))
-        let stallPID = dir.path("stall.pid")
         let stall = dir.path("stall.sh")
-        try "#!/bin/sh\necho $$ > '\(stallPID)'\nexec sleep 600\n".write(toFile: stall, atomically: true, encoding: .utf8)
+        try "#!/bin/sh\nwhile kill -0 $PPID 2>/dev/null; do sleep 0.2; done\n".write(toFile: stall, atomically: true, encoding: .utf8)
         chmod(stall, 0o755)
         let writer = try EarmarkCLI.start(["catalog", "add", "--catalog", catalog, "--jobs", "1"] + originals.map(\.path) + [hold],
                                           environment: ["EARMARK_FFMPEG": stall])
@@ -135,9 +134,6 @@ struct UntrustedInputCLITests {
         }
         writer.signal(SIGKILL)
         let killed = try await writer.finished()
-        if let pid = (try? String(contentsOfFile: stallPID, encoding: .utf8)).flatMap({ Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }) {
-            kill(pid, SIGKILL)
-        }
         #expect(killed.timedOut, "the writer was still running when it was killed: \(killed)")
         let check = try EarmarkCLI.run(["catalog", "check", "--catalog", catalog])
         #expect(check.status == 0, "\(check)")
