@@ -38,12 +38,7 @@ struct CatalogInfoCommand: AsyncParsableCommand {
             let analyses = try catalog.analyses(trackID: id)
             if options.json {
                 // The track object, plus "analysis": {kind: result} (each in its documented shape).
-                var object = try JSONSerialization.jsonObject(with: JSONEncoder().encode(track)) as? [String: Any] ?? [:]
-                var analysis: [String: Any] = [:]
-                for a in analyses { analysis[a.kind] = try JSONSerialization.jsonObject(with: a.json) }
-                object["analysis"] = analysis
-                let data = try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
-                print(String(decoding: data, as: UTF8.self))
+                print(String(decoding: try trackInfoJSON(track, analyses: analyses, prettyPrinted: true), as: UTF8.self))
             } else {
                 printTrack(track)
                 for a in analyses where a.kind == LoudnessSummary.kind {

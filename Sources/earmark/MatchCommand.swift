@@ -83,14 +83,11 @@ struct MatchCommand: AsyncParsableCommand {
                 let report: ClipReport
                 do {
                     let bar = ProgressBar(enabled: stderrIsTerminal)
-                    let (result, loudness, sound) = try recognizer.matchAnalyzing(path: clip, sound: soundModel) { done, total in
+                    report = try recognizer.report(path: clip, sound: soundModel) { done, total in
                         bar.update(done: Int(done), total: Int(total.rounded(.up)), audioSeconds: done, current: clip)
                     }
                     bar.finish()
-                    var r = ClipReport(path: clip, result: result, loudness: loudness, sound: sound)
-                    r.contexts = try result.matches.map { try recognizer.context(of: $0) }
-                    report = r
-                    if result.matches.isEmpty { unmatched += 1 }
+                    if report.matches.isEmpty { unmatched += 1 }
                 } catch let error as CatalogError {
                     throw error   // the catalog, not the clip, is at fault: stop
                 } catch {
@@ -113,64 +110,8 @@ struct MatchCommand: AsyncParsableCommand {
     }
 }
 
-/// A match as JSON, with the track's stored key and tempo at the matched stretch added to its fields.
-struct MatchWithContext: Encodable {
-    var match: Match
-    var context: MatchContext
-    enum CodingKeys: String, CodingKey { case key, bpm }
-    func encode(to encoder: any Encoder) throws {
-        try match.encode(to: encoder)
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(context.key, forKey: .key)
-        try c.encode(context.bpm, forKey: .bpm)
-    }
-}
-
-/// The outcome for one clip, as printed by `match`.
-struct ClipReport: Encodable {
-    var path: String
-    var matches: [Match] = []
-    /// Stored key and tempo of each match's track at the matched stretch (parallel to `matches`).
-    var contexts: [MatchContext] = []
-    var queryDuration: Double?
-    var queryLandmarks: Int?
-    var candidateHits: Int?
-    /// EBU R 128 loudness of the clip (audio clips only).
-    var loudness: LoudnessResult?
-    /// Sound classification of the clip (with --classify).
-    var sound: SoundAnalysis?
-    var error: String?
-
-    init(path: String, result: MatchResult, loudness: LoudnessResult? = nil, sound: SoundAnalysis? = nil) {
-        self.path = path
-        self.loudness = loudness
-        self.sound = sound
-        matches = result.matches
-        queryDuration = result.queryDuration
-        queryLandmarks = result.queryLandmarks
-        candidateHits = result.candidateHits
-    }
-
-    init(path: String, error: String) {
-        self.path = path
-        self.error = error
-    }
-
-    enum CodingKeys: String, CodingKey { case path, matches, queryDuration, queryLandmarks, candidateHits, loudness, sound, error }
-
-    func encode(to encoder: any Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(path, forKey: .path)
-        try c.encode(matches.indices.map { MatchWithContext(match: matches[$0], context: contexts.indices.contains($0) ? contexts[$0] : MatchContext()) },
-                     forKey: .matches)
-        try c.encode(queryDuration, forKey: .queryDuration)   // null when absent
-        try c.encode(queryLandmarks, forKey: .queryLandmarks)
-        try c.encode(candidateHits, forKey: .candidateHits)
-        try c.encode(loudness, forKey: .loudness)
-        try c.encode(sound, forKey: .sound)
-        try c.encode(error, forKey: .error)
-    }
-
+/// The text line(s) `match` prints for one clip (the JSON object is EarmarkKit's ``ClipReport``).
+extension ClipReport {
     var humanText: String {
         var notes: [String] = []
         if let l = loudness?.integrated { notes.append(String(format: "clip %.1f LUFS", l)) }
