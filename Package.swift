@@ -2,7 +2,8 @@
 import PackageDescription
 
 // Pipeline: C shims ← EarmarkAudio (+ EarmarkCapture: microphones), EarmarkDSP ← EarmarkSignature ← EarmarkCatalog ← EarmarkMatching
-// ← EarmarkStreaming (live sessions); EarmarkAnalysis (music metadata), EarmarkClassification (sound classes) ← EarmarkKit ← earmark (CLI). Every C library comes from Debian through a system-library target.
+// ← EarmarkStreaming (live sessions); EarmarkAnalysis (music metadata), EarmarkClassification (sound classes) ← EarmarkKit
+// ← EarmarkServer (HTTP API) ← earmark (CLI). Every C library comes from Debian through a system-library target.
 let package = Package(
     name: "Earmark",
     platforms: [.macOS(.v14)],
@@ -12,6 +13,11 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        // The HTTP server of `earmark serve`; without swift-configuration (its ConfigurationSupport trait).
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1", traits: ["FullFoundation"]),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
     ],
     targets: [
         .systemLibrary(name: "CFFTW3", pkgConfig: "fftw3f", providers: [.apt(["libfftw3-dev"])]),
@@ -44,8 +50,14 @@ let package = Package(
             "EarmarkAudio", "EarmarkSignature", "EarmarkCatalog", "EarmarkMatching", "EarmarkStreaming", "EarmarkAnalysis",
             "EarmarkClassification",
         ]),
+        // `earmark serve`: the HTTP API over one warm catalog (Hummingbird 2).
+        .target(name: "EarmarkServer", dependencies: [
+            "EarmarkKit", .product(name: "Hummingbird", package: "hummingbird"), .product(name: "HummingbirdCore", package: "hummingbird"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "Logging", package: "swift-log"), .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+        ]),
         .executableTarget(name: "earmark", dependencies: [
-            "EarmarkKit", "EarmarkCapture", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "EarmarkKit", "EarmarkCapture", "EarmarkServer", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "earmark-bench", dependencies: ["EarmarkKit"]),
         .executableTarget(name: "earmark-listen-bench", dependencies: ["EarmarkKit"]),

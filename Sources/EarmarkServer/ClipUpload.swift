@@ -1,0 +1,115 @@
+import EarmarkKit
+import Foundation
+import Hummingbird
+
+/// Receives a request body into a file, never holding it whole in memory, and refuses one over the limit.
+struct ClipUpload {
+    /// The private folder uploads are written to.
+    let folder: String
+    let limit: Int
+    let fileIO = FileIO()
+
+    /// Makes a private folder (mode 0700) inside `parent`.
+    static func makeFolder(in parent: String) throws -> String {
+        let path = URL(fileURLWithPath: parent).appendingPathComponent("earmark-serve-\(getpid())-\(UUID().uuidString.prefix(8))").path
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        return path
+    }
+
+    /// Streams the body of `request` into a new file of the folder and returns its path and size.
+    /// - Throws: ``APIError`` 413 when the body (or its announced length) is over the limit, 400 when it is empty.
+    func receive(_ request: Request, context: some RequestContext) async throws -> String {
+        if let announced = request.headers[.contentLength].flatMap({ Int($0) }), announced > limit {
+            throw APIError.bodyTooLarge(limit: limit)
+        }
+        let path = folder + "/" + UUID().uuidString
+        let counted = CountingBody(base: request.body, limit: limit)
+        do {
+            try await fileIO.writeFile(contents: counted, path: path, context: context)
+        } catch {
+            try? FileManager.default.removeItem(atPath: path)
+            // The file system may wrap the error the body threw: ask the counter.
+            if counted.exceeded { throw APIError.bodyTooLarge(limit: limit) }
+            throw APIError(.badRequest, "upload_failed", "the body could not be received: \(error)")
+        }
+        guard counted.received > 0 else {
+            try? FileManager.default.removeItem(atPath: path)
+            throw APIError(.badRequest, "empty_body", "the body is empty; send the clip's bytes (an audio file or a .earsig)")
+        }
+        return path
+    }
+}
+
+/// The request body, counted as it passes; iterating past `limit` bytes throws.
+struct CountingBody: AsyncSequence, Sendable {
+    typealias Element = ByteBuffer
+    let base: RequestBody
+    let limit: Int
+    private let total = Locked((bytes: 0, exceeded: false))
+
+    init(base: RequestBody, limit: Int) {
+        self.base = base
+        self.limit = limit
+    }
+
+    var received: Int { total.withLock { $0.bytes } }
+    var exceeded: Bool { total.withLock { $0.exceeded } }
+
+    struct AsyncIterator: AsyncIteratorProtocol {
+        var base: RequestBody.AsyncIterator
+        let limit: Int
+        let total: Locked<(bytes: Int, exceeded: Bool)>
+
+        mutating func next() async throws -> ByteBuffer? {
+            guard let buffer = try await base.next() else { return nil }
+            let over = total.withLock { t in
+                t.bytes += buffer.readableBytes
+                if t.bytes > limit { t.exceeded = true }
+                return t.exceeded
+            }
+            if over { throw APIError.bodyTooLarge(limit: limit) }
+            return buffer
+        }
+    }
+
+    func makeAsyncIterator() -> AsyncIterator {
+        AsyncIterator(base: base.makeAsyncIterator(), limit: limit, total: total)
+    }
+}
+
+/// Telling the format of an uploaded clip where its bytes alone do not.
+enum ClipFormat {
+    /// The first bytes of `path` (empty when it cannot be read).
+    static func head(of path: String, count: Int = 16) -> [UInt8] {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return [] }
+        defer { try? handle.close() }
+        return [UInt8]((try? handle.read(upToCount: count)) ?? Data())
+    }
+
+    /// The file extension that makes the decoders read the clip right, or nil when its bytes suffice.
+    ///
+    /// A `.earsig` signature is known by its magic; an MP3 by an ID3 tag or an MPEG frame header; otherwise
+    /// the extension of `name`, then `contentType`, decide. libsndfile and ffmpeg recognise the rest by content.
+    static func fileExtension(head: [UInt8], name: String, contentType: String?) -> String? {
+        if head.starts(with: Signature.fileMagic) { return "earsig" }
+        if head.starts(with: Array("ID3".utf8)) || isMPEGAudioFrame(head) { return "mp3" }
+        let ext = URL(fileURLWithPath: name).pathExtension.lowercased()
+        if audioFileExtensions.contains(ext) { return ext }
+        let type = contentType?.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
+        return mediaTypes[type]
+    }
+
+    /// An MPEG audio frame header: 11 sync bits and a layer (an AAC ADTS header has the sync bits but layer 0).
+    static func isMPEGAudioFrame(_ head: [UInt8]) -> Bool {
+        head.count >= 2 && head[0] == 0xFF && head[1] & 0xE0 == 0xE0 && head[1] & 0x06 != 0
+    }
+
+    /// Media types a client may name a clip by, with the extension each stands for.
+    static let mediaTypes: [String: String] = [
+        "audio/wav": "wav", "audio/x-wav": "wav", "audio/wave": "wav", "audio/vnd.wave": "wav",
+        "audio/flac": "flac", "audio/x-flac": "flac", "audio/ogg": "ogg", "audio/opus": "opus",
+        "audio/mpeg": "mp3", "audio/mp3": "mp3", "audio/aiff": "aiff", "audio/x-aiff": "aiff",
+        "audio/mp4": "m4a", "audio/aac": "aac", "audio/webm": "webm", "video/mp4": "mp4", "video/webm": "webm",
+        "application/vnd.earmark.earsig": "earsig",
+    ]
+}

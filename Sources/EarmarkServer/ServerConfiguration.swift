@@ -1,0 +1,35 @@
+import Foundation
+
+/// How `earmark serve` runs: the catalog it serves, where it listens and its limits.
+public struct ServerConfiguration: Sendable {
+    /// The catalog file, opened read-only (never created).
+    public var catalogPath: String
+    /// Address to listen on. Default: loopback only.
+    public var host = "127.0.0.1"
+    /// TCP port; 0 takes a free one (``EarmarkServer/run(handlingSignals:onListening:)`` reports which).
+    public var port = 8080
+    /// Largest request body accepted, in bytes; a larger one is refused with 413. Default 200 MiB.
+    public var maxBodyBytes = 200 * 1_048_576
+    /// Threads that decode and match, each with its own read-only catalog connection. Default: the cores.
+    public var workers: Int
+    /// Matches accepted at once (receiving, waiting for a worker or running); one more is refused with 503
+    /// and `Retry-After`. Default: twice ``workers``.
+    public var maxConcurrentMatches: Int
+    /// Catalog reads (tracks, stats) accepted at once; one more is refused with 503. Default 64.
+    public var maxConcurrentReads = 64
+    /// Seconds to wait while another process holds the catalog's write lock.
+    public var lockTimeout: Double = 30
+    /// The sound model for `classify=true`; nil: the default one (see `earmark classify --help`).
+    public var soundModelPath: String?
+    /// Folder in which a private folder for uploaded clips is made. Default: the system's temporary folder.
+    public var temporaryDirectory = FileManager.default.temporaryDirectory.path
+    /// Longest wait, after a shutdown signal, for the requests that are running before they are cancelled.
+    public var shutdownGracePeriod: Duration = .seconds(30)
+
+    /// A configuration with the defaults above for the catalog at `catalogPath`.
+    public init(catalogPath: String) {
+        self.catalogPath = catalogPath
+        workers = max(1, ProcessInfo.processInfo.activeProcessorCount)
+        maxConcurrentMatches = 2 * workers
+    }
+}
