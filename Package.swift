@@ -77,6 +77,7 @@ let package = Package(
         .testTarget(name: "EarmarkClassificationTests", dependencies: ["EarmarkClassification", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkStreamingTests", dependencies: ["EarmarkStreaming", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkKitTests", dependencies: ["EarmarkKit", "EarmarkTestSupport"]),
+        .testTarget(name: "EarmarkServerTests", dependencies: ["EarmarkServer", "EarmarkKit", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkCLITests", dependencies: ["EarmarkAnalysis", "EarmarkKit", "EarmarkTestSupport"]),
 
         // Fuzzing (tools/fuzz.sh): one libFuzzer target per parser of outside bytes, all calling EarmarkFuzzing's

@@ -247,6 +247,11 @@ public final class RunningProcess: @unchecked Sendable {
     /// The process id.
     public var pid: Int32 { process.processIdentifier }
 
+    /// What the process has written to standard output so far.
+    public func standardOutputSoFar() throws -> String {
+        String(decoding: try Data(contentsOf: outURL), as: UTF8.self)
+    }
+
     /// Sends a signal (SIGINT, SIGTERM, …) to the process.
     public func signal(_ sig: Int32) { kill(process.processIdentifier, sig) }
 
