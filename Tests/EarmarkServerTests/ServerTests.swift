@@ -64,6 +64,48 @@ import Testing
         }
     }
 
+    /// classify=true answers what `match --json --classify` prints, sound classification included.
+    @Test func classifyAnswersWhatTheCommandLinePrints() async throws {
+        let catalog = try await ReferenceCatalog.shared.value()
+        let model = try await HTTPTestClient.onDispatchThread { try TestModel.set().model.path }
+        let folder = try TemporaryDirectory("serve-classify")
+        let clip = folder.file("clip.wav")
+        try Fixtures.cut(try catalog.audio.reference("pingus-4"), start: 30, seconds: 8, to: clip)
+        let cli = try await HTTPTestClient.onDispatchThread {
+            try EarmarkCLI.run(["match", "--json", "--classify", "--model", model, "--catalog", catalog.path, clip.path])
+        }
+        #expect(cli.status == 0, "\(cli)")
+        let expected = try #require(try JSONSerialization.jsonObject(with: cli.stdout) as? NSDictionary)
+        try await TestServer.with(catalog: catalog.path, configure: { $0.soundModelPath = model }) { server in
+            let name = clip.path.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+            let reply = try await server.post("/v1/match?classify=true&name=\(name)", body: try Data(contentsOf: clip))
+            #expect(reply.status == 200, "\(reply.text)")
+            #expect(reply.object as NSDictionary == expected)
+            #expect(reply.object["sound"] is [String: Any])
+        }
+    }
+
+    /// Tracks added to the catalog while the server runs are matched by the next request.
+    @Test func tracksAddedWhileServingAreMatched() async throws {
+        let audio = try await ReferenceCatalog.shared.value().audio
+        let folder = try TemporaryDirectory("serve-growing")
+        let path = folder.path("growing.earcat")
+        _ = try await Fixtures.index([try audio.reference("pingus-3"), try audio.reference("sorcerer")], into: path)
+        let clip = folder.file("clip.wav")
+        try Fixtures.cut(try audio.reference("pingus-5"), start: 20, seconds: 8, to: clip)
+        try await TestServer.with(catalog: path) { server in
+            let before = try await server.post("/v1/match", body: try Data(contentsOf: clip))
+            #expect(before.status == 200, "\(before.text)")
+            #expect((before.object["matches"] as? [Any])?.isEmpty == true)
+            let added = try await Fixtures.index([try audio.reference("pingus-5")], into: path)
+            let after = try await server.post("/v1/match", body: try Data(contentsOf: clip))
+            let first = (after.object["matches"] as? [[String: Any]])?.first
+            #expect((first?["track"] as? [String: Any])?["id"] as? Int == Int(added[0].id), "\(after.text)")
+            #expect(abs((first?["matchOffset"] as? Double ?? -1) - 20) < 0.1)
+            #expect(try await server.get("/v1/catalog").object["trackCount"] as? Int == 3)
+        }
+    }
+
     @Test func badClipsAreClientErrors() async throws {
         let catalog = try await ReferenceCatalog.shared.value()
         let folder = try TemporaryDirectory("serve-bad")
