@@ -14,14 +14,16 @@ struct ServeCommand: AsyncParsableCommand {
         as soon as they are committed. Decoding and matching run on a pool of threads sized to the cores.
 
         Endpoints (docs/openapi.yaml describes each; docs/serve.md has examples):
-          GET  /healthz            the process answers
-          GET  /readyz             the catalog is open and the server is not shutting down
-          POST /v1/match           body: one clip, an audio file in any format `match` reads
-                                   or a .earsig; ?maxMatches=N&classify=true&name=clip.mp3;
-                                   answer: the object `earmark match --json` prints for it
-          GET  /v1/tracks          ?limit=50&offset=0&q=text (title, artist, album)
-          GET  /v1/tracks/{id}     the object `earmark catalog info ID --json` prints
-          GET  /v1/catalog         the object `earmark catalog stats --json` prints
+          GET  /healthz          the process answers
+          GET  /readyz           catalog open, not shutting down
+          POST /v1/match         body: one clip (audio in any format `match`
+                                 reads, or a .earsig); ?maxMatches=N,
+                                 classify=true, name=clip.mp3; answer: the
+                                 object `earmark match --json` prints
+          GET  /v1/tracks        ?limit=50&offset=0&q=text (title, artist,
+                                 album)
+          GET  /v1/tracks/{id}   what `catalog info ID --json` prints
+          GET  /v1/catalog       what `catalog stats --json` prints
 
         Errors are JSON, {"error": {"code": "...", "message": "..."}}: 4xx for bad input (400 empty \
         body or bad parameter, 404 unknown id, 413 body over --max-body-mb, 415 not audio, 422 \
