@@ -64,8 +64,10 @@ public final class EarmarkServer: Sendable {
         router.add(middleware: ErrorMiddleware())
         api.register(on: router)
         let host = configuration.host
+        let maxBody = configuration.maxBodyBytes
         let app = Application(
             router: router,
+            server: .http1(configuration: .init(additionalChannelHandlers: [ExpectContinueHandler(maxBodyBytes: maxBody)])),
             configuration: .init(address: .hostname(host, port: configuration.port), serverName: "earmark"),
             onServerRunning: { channel in await onListening(host, channel.localAddress?.port ?? 0) },
             logger: logger)

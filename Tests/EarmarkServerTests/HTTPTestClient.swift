@@ -117,7 +117,8 @@ final class Socket: @unchecked Sendable {
         return n > 0
     }
 
-    /// Reads one response: status line, headers, and a body of Content-Length bytes (or up to the end).
+    /// Reads one response: status line, headers, and a body of Content-Length bytes (or up to the end; none
+    /// for 1xx, 204 and 304).
     func readReply() throws -> HTTPReply {
         let separator = Data("\r\n\r\n".utf8)
         while buffered.range(of: separator) == nil {
@@ -135,7 +136,9 @@ final class Socket: @unchecked Sendable {
             headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
         }
         var body = Data(buffered[end.upperBound...])
-        if let length = headers["content-length"].flatMap({ Int($0) }) {
+        if (100..<200).contains(status) || status == 204 || status == 304 {
+            body = Data()   // no body, whatever the headers say
+        } else if let length = headers["content-length"].flatMap({ Int($0) }) {
             while body.count < length {
                 guard try fill() else { break }
                 body = Data(buffered[end.upperBound...])
@@ -145,6 +148,8 @@ final class Socket: @unchecked Sendable {
             while try fill() {}
             body = Data(buffered[end.upperBound...])
         }
+        // What follows belongs to the next response on this connection.
+        buffered = Data(buffered[(end.upperBound + body.count)...])
         return HTTPReply(status: status, headers: headers, body: body)
     }
 }

@@ -152,6 +152,29 @@ import Testing
         }
     }
 
+    /// `Expect: 100-continue` gets `100 Continue` at once (clients such as curl wait for it before sending a body),
+    /// unless the announced body is over the limit: then the 413 comes instead.
+    @Test func expectContinueIsAnswered() async throws {
+        let catalog = try await ReferenceCatalog.shared.value()
+        try await TestServer.with(catalog: catalog.path, configure: { $0.maxBodyBytes = 1_048_576 }) { server in
+            let (interim, final) = try await HTTPTestClient.onDispatchThread { () -> (HTTPReply, HTTPReply) in
+                let socket = try Socket(port: server.port)
+                defer { socket.close() }
+                let body = Data("not audio, only text".utf8)
+                try socket.write(Data("POST /v1/match HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: \(body.count)\r\n\r\n".utf8))
+                let interim = try socket.readReply()
+                try socket.write(body)
+                return (interim, try socket.readReply())
+            }
+            #expect(interim.status == 100)
+            #expect(final.status == 415)
+            #expect(final.errorCode == "unsupported_format")
+            let refused = try await server.post("/v1/match", body: nil,
+                                                headers: [("Expect", "100-continue"), ("Content-Length", "300000000")])
+            #expect(refused.status == 413)
+        }
+    }
+
     @Test func badParametersAndUnknownIDs() async throws {
         let catalog = try await ReferenceCatalog.shared.value()
         try await TestServer.with(catalog: catalog.path) { server in
