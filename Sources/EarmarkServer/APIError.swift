@@ -106,13 +106,23 @@ public struct APIError: Error, HTTPResponseError, Sendable, CustomStringConverti
     }
 }
 
-/// Turns every error a route throws, and Hummingbird's "no such route", into an ``APIError`` answer.
+/// Turns every error a route throws, and Hummingbird's "no such route", into an ``APIError`` answer: 404 for a
+/// path that is not served, 405 with `Allow` for a served path asked with another method.
 struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         do {
             return try await next(request, context)
         } catch {
-            let apiError = APIError.from(error)
+            var apiError = APIError.from(error)
+            // The router finds no route for a known path with another method: that is a 405.
+            if apiError.code == "not_found" {
+                let allowed = API.methods(at: request.uri.path)
+                if !allowed.isEmpty {
+                    apiError = APIError(.methodNotAllowed, "method_not_allowed",
+                                        "\(request.method) is not served here; \(allowed.map(\.rawValue).joined(separator: ", ")) is",
+                                        headers: [.allow: allowed.map(\.rawValue).joined(separator: ", ")])
+                }
+            }
             if apiError.status.code >= 500, apiError.status != .serviceUnavailable {
                 context.logger.error("\(request.method) \(request.uri.path): \(apiError)")
             }

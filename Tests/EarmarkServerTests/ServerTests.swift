@@ -191,13 +191,17 @@ import Testing
                 ("GET", "/v1/tracks/999999", 404, "no_such_track"),
                 ("GET", "/v1/catalog?x=1", 400, "unknown_parameter"),
                 ("GET", "/v2/nothing", 404, "not_found"),
-                ("DELETE", "/v1/tracks/1", 404, "not_found"),
+                ("DELETE", "/v1/tracks/1", 405, "method_not_allowed"),
+                ("GET", "/v1/match", 405, "method_not_allowed"),
+                ("GET", "/v1/tracks/1/more", 404, "not_found"),
             ]
             for (method, target, status, code) in cases {
                 let reply = try await HTTPTestClient.send(port: server.port, method, target, body: method == "POST" ? wav : nil)
                 #expect(reply.status == status, "\(method) \(target): \(reply.text)")
                 #expect(reply.errorCode == code, "\(method) \(target): \(reply.text)")
             }
+            let wrongMethod = try await HTTPTestClient.send(port: server.port, "PUT", "/v1/match")
+            #expect(wrongMethod.headers["allow"] == "POST")
         }
     }
 
