@@ -69,7 +69,8 @@ enum HTTPTestClient {
     }
 }
 
-/// A blocking TCP connection to loopback, with 60-s timeouts so that a test fails instead of hanging.
+/// A blocking TCP connection to loopback, with 10-minute timeouts so that a test fails instead of hanging (long,
+/// because the whole suite on 2 cores can keep the server waiting for a while).
 final class Socket: @unchecked Sendable {
     // Used by one thread at a time.
     private let fd: Int32
@@ -78,7 +79,7 @@ final class Socket: @unchecked Sendable {
     init(port: Int) throws {
         fd = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw HTTPClientError(description: "socket: errno \(errno)") }
-        var timeout = timeval(tv_sec: 60, tv_usec: 0)
+        var timeout = timeval(tv_sec: 600, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var address = sockaddr_in()
