@@ -68,6 +68,16 @@ final class CatalogWorkers: Sendable {
     ///   - contentType: the request's `Content-Type`, a hint for the format when the bytes do not tell.
     /// - Throws: ``APIError`` (4xx for clips that cannot be read or matched).
     func match(file: String, name: String, contentType: String?, maxMatches: Int, classify: Bool) async throws -> ClipReport {
+        do {
+            return try await matchOnPool(file: file, name: name, contentType: contentType, maxMatches: maxMatches, classify: classify)
+        } catch {
+            // A job cancelled (the client left) or refused (shutting down) before it ran leaves the file behind.
+            try? FileManager.default.removeItem(atPath: file)
+            throw error
+        }
+    }
+
+    private func matchOnPool(file: String, name: String, contentType: String?, maxMatches: Int, classify: Bool) async throws -> ClipReport {
         try await run { [soundModel, soundModelPath] recognizer in
             var path = file
             defer { try? FileManager.default.removeItem(atPath: path) }
