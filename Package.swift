@@ -39,7 +39,8 @@ let package = Package(
         .target(name: "EarmarkCapture", dependencies: ["CPulseSimple", "EarmarkAudio"]),
         .target(name: "EarmarkDSP", dependencies: ["CFFTW3"]),
         .target(name: "EarmarkSignature", dependencies: ["EarmarkDSP"]),
-        .target(name: "EarmarkCatalog", dependencies: ["CSQLite3", "EarmarkSignature"]),
+        .systemLibrary(name: "CPrefetch"),
+        .target(name: "EarmarkCatalog", dependencies: ["CSQLite3", "CPrefetch", "EarmarkSignature"]),
         .target(name: "EarmarkMatching", dependencies: ["EarmarkSignature", "EarmarkCatalog"]),
         // Synthetic tracks grown from real signatures, for benchmarks of catalogs larger than the music at hand.
         .target(name: "EarmarkSynthetic", dependencies: ["EarmarkSignature"]),

@@ -150,11 +150,9 @@ final class PostingIndex {
             let limit = commonKeys.map {
                 max(PostingIndex.commonKeyFloor, Int(($0 * Double(segment.postingCount) / Double(UInt64(1) << UInt64(keyBits))).rounded(.up)))
             } ?? .max
-            for (i, key) in keys.enumerated() {
-                try segment.lookup(key, limit: limit) { track, frame in
-                    if filter, isRemoved(track) { return }
-                    body(i, track, frame)
-                }
+            try segment.lookup(keys: keys, limit: limit) { i, track, frame in
+                if filter, isRemoved(track) { return }
+                body(i, track, frame)
             }
             if segment.touchedBytes > residentBudget { segment.releasePages() }
         }

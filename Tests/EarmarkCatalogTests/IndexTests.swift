@@ -77,6 +77,30 @@ struct IndexSegmentTests {
         #expect(Set(all) == Set(postings.map { Found(key: $0.key, track: $0.track, frame: $0.frame) }))
     }
 
+    @Test("a batch of keys (any order, repeats, keys wider than the segment's, with a limit) answers as one lookup per key",
+          arguments: [21, 32])
+    func batchedLookup(keyBits: Int) throws {
+        let dir = try TemporaryDirectory("segment-batch")
+        let top = UInt32(truncatingIfNeeded: (UInt64(1) << UInt64(keyBits)) - 1)
+        let postings = randomPostings(seed: 17, count: 60_000, keys: 0...20_000).map {
+            EarmarkCatalog.Posting(key: ($0.key % 97 == 0 ? 5 : $0.key) & top, track: $0.track, frame: $0.frame)
+        }
+        let segment = try writeSegment(postings, to: dir.path("s.seg"), keyBits: keyBits)
+        var rng = SeededRandom(seed: 3)
+        var keys = (0..<3_000).map { _ in UInt32.random(in: 0...25_000, using: &rng) } + [5, 5, top, UInt32.max]
+        keys.shuffle(using: &rng)
+        for limit in [Int.max, 40] {
+            var one: [[Found]] = Array(repeating: [], count: keys.count)
+            for (i, k) in keys.enumerated() { try segment.lookup(k, limit: limit) { one[i].append(Found(key: k, track: $0, frame: $1)) } }
+            var batch: [[Found]] = Array(repeating: [], count: keys.count)
+            try segment.lookup(keys: keys, limit: limit) { batch[$0].append(Found(key: keys[$0], track: $1, frame: $2)) }
+            #expect(batch == one)
+            #expect(one.reduce(0) { $0 + $1.count } > 0)
+            // The common key 5 (about 600 postings) is answered without a limit and skipped under one.
+            #expect(one[keys.firstIndex(of: 5)!].isEmpty == (limit == 40))
+        }
+    }
+
     @Test("keys of 21 bits are stored in fewer bits than keys of 32; a bucket per key when postings outnumber keys")
     func narrowKeys() throws {
         let dir = try TemporaryDirectory("segment-narrow")
