@@ -10,7 +10,8 @@ import Foundation
 public final class Recognizer {
     public let matcher: Matcher
 
-    public init(catalogPath: String, options: MatchOptions = .default, busyTimeout: Double = 10) throws {
+    /// - Parameter options: nil: the defaults of the catalog's landmark design (``MatchOptions/defaults(for:)``).
+    public init(catalogPath: String, options: MatchOptions? = nil, busyTimeout: Double = 10) throws {
         let catalog = try Catalog(path: catalogPath, readOnly: true, busyTimeout: busyTimeout)
         matcher = Matcher(catalog: catalog, options: options)
     }

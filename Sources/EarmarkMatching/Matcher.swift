@@ -61,6 +61,23 @@ public struct MatchOptions: Sendable, Equatable {
     public static let `default` = MatchOptions(minimumHits: 4, minimumSignificance: 7, supportingHits: 10, hashBonus: 4,
                                                maximumMatches: 5, candidates: 8, minimumVerifiedPeaks: 5)
 
+    /// The defaults for catalogs of `configuration`'s landmark design. A triplet is far rarer by chance than a
+    /// pair, so fewer aligned triplets make a candidate and count as support; a skew trial's anchors need only
+    /// their 4 strongest targets (6 triplets each; the search as is: 12, 66 triplets); and there is no deep
+    /// pass. Experimental: tuned on the 6.5-h public benchmark (`earmark-bench --landmarks triplets`), where
+    /// 12, 8, 6 and 4 skew targets found the same clips (4 in a fifth of the time), and the deep pass, with
+    /// 16, 10 or 6 targets, found none that the first search missed.
+    public static func defaults(for configuration: SignatureConfiguration) -> MatchOptions {
+        var o = MatchOptions.default
+        if configuration.landmarkShape == .triplets {
+            o.minimumHits = 2
+            o.supportingHits = 6
+            o.skewFanout = 4
+            o.deepPass = false
+        }
+        return o
+    }
+
     public init(minimumHits: Int, minimumSignificance: Double, supportingHits: Int, hashBonus: Double,
                 maximumMatches: Int, candidates: Int, minimumVerifiedPeaks: Int) {
         self.minimumHits = minimumHits
@@ -185,9 +202,10 @@ public final class Matcher {
     /// Decoded reference peaks of the candidates of the current query (all its skew trials).
     private var peakCache: [Int64: PeakIndex] = [:]
 
-    public init(catalog: Catalog, options: MatchOptions = .default) {
+    /// - Parameter options: nil: ``MatchOptions/defaults(for:)`` of the catalog's landmark design.
+    public init(catalog: Catalog, options: MatchOptions? = nil) {
         self.catalog = catalog
-        self.options = options
+        self.options = options ?? .defaults(for: catalog.configuration)
         configuration = catalog.configuration
     }
 
@@ -380,7 +398,7 @@ public final class Matcher {
             i = j
         }
         perTrack.sort { $0.hits > $1.hits }
-        let considered = Array(perTrack.prefix(options.candidates).filter { $0.hits >= 3 })
+        let considered = Array(perTrack.prefix(options.candidates).filter { $0.hits >= min(3, options.minimumHits) })
         let tracks = try catalog.tracks(ids: considered.map(\.track))
         let strongQuery = strongPeaks(signature, skew: nil)
         let queryIndex = PeakIndex(sortingByFrame: considered.isEmpty ? [] : signature.peaks)

@@ -58,9 +58,11 @@ public struct SignatureConfiguration: Sendable, Equatable, Codable {
         referenceRankLimit: 14, queryRankLimit: 36, deepRankLimit: 100, maxPairFrames: 63, maxPairBins: 63,
         referenceFanout: 3, queryFanout: 24, deepFanout: 48, repeatSuppressionFrames: 100, landmarkShape: .pairs)
 
-    /// Not released: the same peaks made into triplet landmarks (32-bit keys), for experiments at scale. On the
-    /// public corpus it finds 95.1 % of a quick draw's clips where pairs find 98.7 % (short noisy clips lose
-    /// most), so it is not the default; no catalog is built with it unless asked.
+    /// Experimental: the same peaks made into triplet landmarks (32-bit keys), for catalogs at scale, where a
+    /// pair key returns the postings of hundreds of tracks. With ``MatchOptions/defaults(for:)`` it finds 296 of
+    /// the 6.5-h benchmark's quick draw of 308 clips where pairs find 304 (short clips under noise or babble lose
+    /// their third peaks), and 202 of 204 speed, tempo and pitch clips; so it is not the default, and no catalog
+    /// is built with it unless asked (`earmark-bench` and `earmark-scale-bench --landmarks triplets`).
     public static let experimentalTriplets: SignatureConfiguration = {
         var c = current
         c.version = 2
@@ -70,9 +72,10 @@ public struct SignatureConfiguration: Sendable, Equatable, Codable {
         return c
     }()
 
-    /// The configuration of algorithm `version` that this build knows, or nil.
+    /// The configuration of algorithm `version` that this build knows, or nil (an experimental one included,
+    /// so that a catalog built with it can be opened again).
     public static func released(version: UInt16) -> SignatureConfiguration? {
-        version == current.version ? current : nil
+        [current, experimentalTriplets].first { $0.version == version }
     }
 
     /// Whether signatures of `other` have the same peaks as this configuration's (they differ only in how peaks

@@ -11,6 +11,8 @@ struct Options {
     var limit = Int.max
     var dump: String?
     var open = false
+    /// Landmark design of a new catalog: "pairs" (the default) or "triplets" (experimental).
+    var landmarks = "pairs"
 }
 
 func parseOptions() -> Options {
@@ -25,17 +27,20 @@ func parseOptions() -> Options {
         case "--limit": o.limit = Int(args.next() ?? "") ?? Int.max
         case "--dump": o.dump = args.next()
         case "--open": o.open = true
+        case "--landmarks": o.landmarks = args.next() ?? ""
         default:
             FileHandle.standardError.write(Data("""
-            usage: earmark-bench --corpus DIR/corpus/public --queries DIR/queries/NAME [--catalog PATH] [--reuse] [--limit N] [--dump results.tsv] [--open]
+            usage: earmark-bench --corpus DIR/corpus/public --queries DIR/queries/NAME [--catalog PATH] [--reuse] [--limit N] [--dump results.tsv] [--open] [--landmarks pairs|triplets]
               --reuse   keep an existing catalog at --catalog instead of re-indexing
               --open    report the best candidate of every query even below the no-match threshold (for calibration)
+              --landmarks  the landmark design of a new catalog: pairs (default) or triplets (experimental)
 
             """.utf8))
             exit(a == "--help" ? 0 : 2)
         }
     }
     guard !o.corpus.isEmpty, !o.queries.isEmpty else { print("need --corpus and --queries"); exit(2) }
+    guard ["pairs", "triplets"].contains(o.landmarks) else { print("--landmarks: pairs or triplets"); exit(2) }
     return o
 }
 
@@ -71,6 +76,8 @@ var idOf: [String: String] = [:]  // catalog track title → corpus id
 if !o.reuse || !FileManager.default.fileExists(atPath: o.catalog) {
     for suffix in ["", "-wal", "-shm", "-index"] { try? FileManager.default.removeItem(atPath: o.catalog + suffix) }
     let files = manifest.map { $0["path"]! }
+    // The ingestor keeps the design a catalog was created with.
+    if o.landmarks == "triplets" { _ = try Catalog(path: o.catalog, create: true, configuration: .experimentalTriplets) }
     let ingestor = Ingestor(catalogPath: o.catalog)
     let t0 = clock.now
     let outcomes = try await ingestor.add(files: files)

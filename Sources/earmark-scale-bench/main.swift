@@ -23,18 +23,21 @@ struct Options {
     /// Time budget per size, in minutes (0: none): three quarters for the matching process, a quarter for the CLI runs.
     var minutes = 14.0
     var workers = ProcessInfo.processInfo.activeProcessorCount
+    var triplets = false
 }
 
 func usage(_ status: Int32) -> Never {
     FileHandle.standardError.write(Data("""
     usage: earmark-scale-bench --corpus DIR/corpus/public --queries DIR/queries/NAME [--skew-queries DIR/queries/NAME]
                                [--sizes 100,1000,10000] [--seed N] [--cache DIR] [--earmark PATH] [--cold-sample N] [--minutes M] [--workers N]
+                               [--landmarks pairs|triplets]
       --sizes         catalog sizes in hours of audio, built (or taken from --cache) in increasing order
       --cache         where catalogs and clip signatures are kept (default ~/.cache/earmark-corpus/scale)
       --earmark       the CLI timed as a fresh process (default: earmark next to this executable)
       --cold-sample   positive and negative 10-s clips each timed through the CLI (default 10)
       --minutes       time budget per size (default 14; 0: none): 3/4 for matching the clips, which are taken in an
                       order that measures every degradation × length cell however far it gets, 1/4 for the CLI runs
+      --landmarks     the landmark design of the catalogs: pairs (default) or triplets (experimental; cached apart)
 
     """.utf8))
     exit(status)
@@ -58,6 +61,7 @@ func parseOptions(_ arguments: [String]) -> Options {
         case "--cold-sample": o.coldSample = max(0, Int(args.next() ?? "") ?? o.coldSample)
         case "--minutes": o.minutes = max(0, Double(args.next() ?? "") ?? o.minutes)
         case "--workers": o.workers = max(1, Int(args.next() ?? "") ?? o.workers)
+        case "--landmarks": o.triplets = (args.next() ?? "") == "triplets"
         case "--help", "-h": usage(0)
         default: usage(2)
         }
@@ -457,7 +461,7 @@ func build(_ target: ScaleCatalog, base: ScaleCatalog?, real: [RealTrack], gener
     }
     var record: BuildRecord
     do {
-        let catalog = try Catalog(path: temp, create: true)
+        let catalog = try Catalog(path: temp, create: true, configuration: design)
         var realCount = 0
         var added = 0, addedSeconds = 0.0, rejected = 0
         if base == nil && !resumed {
@@ -535,7 +539,8 @@ func clipSignaturePath(_ path: String, cache: String, version: UInt16) -> String
 func prepareClips(_ queries: String, set: String, cache: String, workers: Int) async -> [Clip] {
     let clock = ContinuousClock()
     let t0 = clock.now
-    let version = SignatureConfiguration.current.version
+    let design: SignatureConfiguration = o.triplets ? .experimentalTriplets : .current
+let version = design.version
     var clips = readTSV(queries + "/queries.tsv").map { row in
         Clip(querySet: set, row: row, signaturePath: clipSignaturePath(row["path"]!, cache: cache, version: version))
     }
@@ -980,7 +985,8 @@ let selfPath = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/pro
 let earmark = o.earmark ?? (URL(fileURLWithPath: selfPath).deletingLastPathComponent().path + "/earmark")
 guard FileManager.default.isExecutableFile(atPath: earmark) else { say("no earmark CLI at \(earmark) (build it, or give --earmark)"); exit(2) }
 try FileManager.default.createDirectory(atPath: o.cache, withIntermediateDirectories: true)
-let version = SignatureConfiguration.current.version
+let design: SignatureConfiguration = o.triplets ? .experimentalTriplets : .current
+let version = design.version
 let manifest = readTSV(o.corpus + "/manifest.tsv")
 var overlaps: [String: Set<String>] = [:]
 let overlapPath = (o.corpus as NSString).deletingLastPathComponent + "/overlaps.tsv"

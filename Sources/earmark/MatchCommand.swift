@@ -72,10 +72,8 @@ struct MatchCommand: AsyncParsableCommand {
         let maxMatches = maxMatches
         let soundModel = classify ? try loadSoundModel(model) : nil
         try await reportingErrors {
-            var matchOptions = MatchOptions.default
-            matchOptions.maximumMatches = maxMatches
-            let recognizer = try Recognizer(catalogPath: options.catalogPath, options: matchOptions,
-                                            busyTimeout: options.lockTimeout)
+            let recognizer = try Recognizer(catalogPath: options.catalogPath, busyTimeout: options.lockTimeout)
+            recognizer.matcher.options.maximumMatches = maxMatches
             var reports: [ClipReport] = []
             var unmatched = 0
             var failed = 0

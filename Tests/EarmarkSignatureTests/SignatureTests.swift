@@ -93,7 +93,7 @@ struct SignatureValidationTests {
     @Test("a signature of another algorithm version is .versionMismatch")
     func otherVersion() async throws {
         var sig = SignatureGenerator.signature(of: Signal.slice(try await music.value(), start: 0, seconds: 3))
-        sig.configurationVersion = SignatureConfiguration.current.version + 1
+        sig.configurationVersion = 99  // a version this build does not know
         #expect(signatureError { try sig.validateForMatching() } == .versionMismatch)
         // Its fields cannot be checked against an algorithm this build does not know, so its file is refused too.
         #expect(signatureError { _ = try Signature(dataRepresentation: sig.dataRepresentation()) } == .versionMismatch)
