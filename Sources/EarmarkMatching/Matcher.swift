@@ -385,11 +385,18 @@ public final class Matcher {
 
         let fd = configuration.frameDuration
         var perTrack: [TrackScore] = []
+        // A track with fewer hits than a candidate needs aligned cannot be one: with triplet keys, or in a
+        // large catalog, most tracks hold a hit or two, and scoring their cells was most of a search.
+        let candidateFloor = min(3, options.minimumHits)
         var i = 0
         while i < hits.count {
             let track = hits[i].track
             var j = i
             while j < hits.count, hits[j].track == track { j += 1 }
+            if j - i < candidateFloor || Matcher.densestCell(hits[i..<j]) < candidateFloor {
+                i = j
+                continue
+            }
             let cells = bestCells(hits[i..<j], count: 6)
             if let first = cells.first {
                 perTrack.append(TrackScore(track: track, range: i..<j, offset: first.offset, hits: first.hits,
@@ -398,7 +405,7 @@ public final class Matcher {
             i = j
         }
         perTrack.sort { $0.hits > $1.hits }
-        let considered = Array(perTrack.prefix(options.candidates).filter { $0.hits >= min(3, options.minimumHits) })
+        let considered = Array(perTrack.prefix(options.candidates).filter { $0.hits >= candidateFloor })
         let tracks = try catalog.tracks(ids: considered.map(\.track))
         let strongQuery = strongPeaks(signature, skew: nil)
         let queryIndex = PeakIndex(sortingByFrame: considered.isEmpty ? [] : signature.peaks)
@@ -588,6 +595,17 @@ public final class Matcher {
     static func confidence(significance: Double, threshold: Double) -> Double {
         let x = (significance - threshold) / 0.65
         return 1 / (1 + exp(-x))
+    }
+
+    /// The most hits of one track (sorted by offset) in any 3 adjacent offsets: a bound on ``bestCells(_:count:)``'s
+    /// counts (which count distinct hashes), found without allocating.
+    static func densestCell(_ hits: ArraySlice<Hit>) -> Int {
+        var best = 0, lo = hits.startIndex
+        for hi in hits.indices {
+            while hits[lo].offset < hits[hi].offset - 2 { lo += 1 }
+            best = max(best, hi - lo + 1)
+        }
+        return best
     }
 
     /// The 3-frame offset cell with the most distinct hashes among one track's hits (sorted by offset,
