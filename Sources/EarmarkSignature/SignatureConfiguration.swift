@@ -62,7 +62,8 @@ public struct SignatureConfiguration: Sendable, Equatable, Codable {
     /// pair key returns the postings of hundreds of tracks. With ``MatchOptions/defaults(for:)`` it finds 296 of
     /// the 6.5-h benchmark's quick draw of 308 clips where pairs find 304 (short clips under noise or babble lose
     /// their third peaks), and 202 of 204 speed, tempo and pitch clips; so it is not the default, and no catalog
-    /// is built with it unless asked (`earmark-bench` and `earmark-scale-bench --landmarks triplets`).
+    /// is built with it unless asked (`--landmarks triplets` of `earmark catalog add`, `earmark-bench` and
+    /// `earmark-scale-bench`).
     public static let experimentalTriplets: SignatureConfiguration = {
         var c = current
         c.version = 2

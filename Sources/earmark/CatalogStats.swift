@@ -30,7 +30,9 @@ struct CatalogStatsCommand: AsyncParsableCommand {
             print("postings:   \(s.landmarkCount)")
             print(String(format: "size:       %.1f MB", Double(s.fileBytes) / mb))
             print(s.totalDuration > 0 ? String(format: "per hour:   %.2f MB", s.bytesPerHour / mb) : "per hour:   —")
-            print("versions:   schema \(s.schemaVersion), signature algorithm \(s.signatureVersion)")
+            let keys = UInt16(exactly: s.signatureVersion).flatMap(SignatureConfiguration.released(version:))
+                .map { $0.landmarkShape == .triplets ? " (triplet keys, experimental)" : " (pair keys)" } ?? ""
+            print("versions:   schema \(s.schemaVersion), signature algorithm \(s.signatureVersion)\(keys)")
         }
     }
 }

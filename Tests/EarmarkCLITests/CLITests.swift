@@ -96,6 +96,27 @@ struct CLIMatchTests {
         #expect(abs(matchOffset - offset) <= 0.1)
     }
 
+    @Test("catalog add --landmarks triplets makes a triplet catalog that match uses; another --landmarks later is exit 2 and adds nothing")
+    func tripletCatalog() async throws {
+        let f = try await CLIFixture.shared.value()
+        let dir = try TemporaryDirectory("cli-triplets")
+        let catalog = dir.path("t.earcat")
+        let add = try EarmarkCLI.run(["catalog", "add", "--catalog", catalog, "--landmarks", "triplets", "--json",
+                                      try f.audio.reference("pingus-4").path])
+        #expect(add.status == 0, "\(add)")
+        let stats = try EarmarkCLI.run(["catalog", "stats", "--catalog", catalog])
+        #expect(stats.stdoutText.contains("signature algorithm 2 (triplet keys, experimental)"), "\(stats)")
+        let out = try EarmarkCLI.run(["match", "--catalog", catalog, "--json", try f.clip("pingus-4", at: 41).path])
+        #expect(out.status == 0, "\(out)")
+        let best = try #require(try matches(out).first)
+        #expect(title(of: best) == "pingus-4")
+        #expect(abs((best["matchOffset"] as? Double ?? -1) - 41) <= 0.1)
+        let other = try EarmarkCLI.run(["catalog", "add", "--catalog", catalog, "--landmarks", "pairs", try f.audio.reference("sorcerer").path])
+        #expect(other.status == 2)
+        #expect(other.stderrText.contains("created with triplets keys"), "\(other)")
+        #expect(try listTracks(catalog).map(\.title) == ["pingus-4"])
+    }
+
     @Test("match without --json prints the title")
     func matchText() async throws {
         let f = try await CLIFixture.shared.value()
