@@ -61,7 +61,12 @@ func parseOptions(_ arguments: [String]) -> Options {
         case "--cold-sample": o.coldSample = max(0, Int(args.next() ?? "") ?? o.coldSample)
         case "--minutes": o.minutes = max(0, Double(args.next() ?? "") ?? o.minutes)
         case "--workers": o.workers = max(1, Int(args.next() ?? "") ?? o.workers)
-        case "--landmarks": o.triplets = (args.next() ?? "") == "triplets"
+        case "--landmarks":
+            switch args.next() {
+            case "pairs": o.triplets = false
+            case "triplets": o.triplets = true
+            default: usage(2)
+            }
         case "--help", "-h": usage(0)
         default: usage(2)
         }
@@ -539,8 +544,8 @@ func clipSignaturePath(_ path: String, cache: String, version: UInt16) -> String
 func prepareClips(_ queries: String, set: String, cache: String, workers: Int) async -> [Clip] {
     let clock = ContinuousClock()
     let t0 = clock.now
-    let design: SignatureConfiguration = o.triplets ? .experimentalTriplets : .current
-let version = design.version
+    // Clips are fingerprinted as `earmark match` does, whatever keys the catalogs use.
+    let version = SignatureConfiguration.current.version
     var clips = readTSV(queries + "/queries.tsv").map { row in
         Clip(querySet: set, row: row, signaturePath: clipSignaturePath(row["path"]!, cache: cache, version: version))
     }
