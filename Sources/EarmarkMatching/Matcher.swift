@@ -20,6 +20,9 @@ public struct MatchOptions: Sendable, Equatable {
     public var maximumMatches: Int
     /// Tracks with the most aligned hashes that go on to peak verification. Default 8.
     public var candidates: Int
+    /// … among tracks with at least this many aligned hashes in a cell (and the search's minimum, before
+    /// verification). Default 3; 2 for triplet keys (``defaults(for:)``).
+    public var candidateHits = 3
     /// A match needs at least this many verified peaks. Default 5.
     public var minimumVerifiedPeaks: Int
     /// Skews tried (in this order) when nothing matches as is; empty disables the search.
@@ -71,6 +74,7 @@ public struct MatchOptions: Sendable, Equatable {
         var o = MatchOptions.default
         if configuration.landmarkShape == .triplets {
             o.minimumHits = 2
+            o.candidateHits = 2
             o.supportingHits = 6
             o.skewFanout = 4
             o.deepPass = false
@@ -387,7 +391,7 @@ public final class Matcher {
         var perTrack: [TrackScore] = []
         // A track with fewer hits than a candidate needs aligned cannot be one: with triplet keys, or in a
         // large catalog, most tracks hold a hit or two, and scoring their cells was most of a search.
-        let candidateFloor = min(3, options.minimumHits)
+        let candidateFloor = options.candidateHits
         var i = 0
         while i < hits.count {
             let track = hits[i].track
