@@ -24,8 +24,7 @@ final class MP3Source: FileSource {
         guard let h = FileHandle(forReadingAtPath: path) else { return nil }
         let head = [UInt8]((try? h.read(upToCount: 4)) ?? Data())
         try? h.close()
-        guard head.count == 4, head[0...2] == [0x49, 0x44, 0x33] || (head[0] == 0xFF && head[1] & 0xE0 == 0xE0 && head[1] & 0x06 != 0)
-        else { return nil }
+        guard head.count == 4, startsLikeMPEGAudio(head) else { return nil }
         do {
             return try MP3Source(path: path, chunkFrames: chunkFrames)
         } catch where head[0...2] != [0x49, 0x44, 0x33] && !path.lowercased().hasSuffix(".mp3") {
@@ -128,4 +127,10 @@ final class MP3Source: FileSource {
         }
         return false
     }
+}
+
+/// Whether a file whose first bytes are `head` starts like MPEG audio: an ID3v2 tag, or an MPEG audio frame
+/// header (11 sync bits and a layer; an AAC ADTS header has the sync bits but layer 0).
+public func startsLikeMPEGAudio(_ head: [UInt8]) -> Bool {
+    head.starts(with: [0x49, 0x44, 0x33]) || (head.count >= 2 && head[0] == 0xFF && head[1] & 0xE0 == 0xE0 && head[1] & 0x06 != 0)
 }

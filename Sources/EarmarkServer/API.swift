@@ -11,7 +11,7 @@ struct API: Sendable {
     let matches: Gate
     let reads: Gate
     /// Set when a graceful shutdown begins: `/readyz` answers 503 from then on.
-    let draining = Locked(false)
+    let draining = LockedValue(false)
 
     /// Every route: method and path, path parameters in braces as OpenAPI writes them.
     static let routes: [(method: HTTPRequest.Method, path: String)] = [

@@ -11,9 +11,9 @@ import NIOPosix
 final class CatalogWorkers: Sendable {
     let catalogPath: String
     private let pool: NIOThreadPool
-    private let idle: Locked<[WarmRecognizer]>
+    private let idle: LockedValue<[WarmRecognizer]>
     private let soundModelPath: String?
-    private let soundModel = Locked<SoundModel?>(nil)
+    private let soundModel = LockedValue<SoundModel?>(nil)
 
     /// A recognizer that one pool thread at a time uses: taken from and given back to `idle` under its lock.
     private final class WarmRecognizer: @unchecked Sendable {
@@ -24,7 +24,7 @@ final class CatalogWorkers: Sendable {
     private init(catalogPath: String, pool: NIOThreadPool, recognizers: [WarmRecognizer], soundModelPath: String?) {
         self.catalogPath = catalogPath
         self.pool = pool
-        idle = Locked(recognizers)
+        idle = LockedValue(recognizers)
         self.soundModelPath = soundModelPath
     }
 

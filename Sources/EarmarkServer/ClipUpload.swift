@@ -45,7 +45,7 @@ struct CountingBody: AsyncSequence, Sendable {
     typealias Element = ByteBuffer
     let base: RequestBody
     let limit: Int
-    private let total = Locked((bytes: 0, exceeded: false))
+    private let total = LockedValue((bytes: 0, exceeded: false))
 
     init(base: RequestBody, limit: Int) {
         self.base = base
@@ -58,7 +58,7 @@ struct CountingBody: AsyncSequence, Sendable {
     struct AsyncIterator: AsyncIteratorProtocol {
         var base: RequestBody.AsyncIterator
         let limit: Int
-        let total: Locked<(bytes: Int, exceeded: Bool)>
+        let total: LockedValue<(bytes: Int, exceeded: Bool)>
 
         mutating func next() async throws -> ByteBuffer? {
             guard let buffer = try await base.next() else { return nil }
@@ -92,16 +92,11 @@ enum ClipFormat {
     /// the extension of `name`, then `contentType`, decide. libsndfile and ffmpeg recognise the rest by content.
     static func fileExtension(head: [UInt8], name: String, contentType: String?) -> String? {
         if head.starts(with: Signature.fileMagic) { return "earsig" }
-        if head.starts(with: Array("ID3".utf8)) || isMPEGAudioFrame(head) { return "mp3" }
+        if startsLikeMPEGAudio(head) { return "mp3" }
         let ext = URL(fileURLWithPath: name).pathExtension.lowercased()
         if audioFileExtensions.contains(ext) { return ext }
         let type = contentType?.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
         return mediaTypes[type]
-    }
-
-    /// An MPEG audio frame header: 11 sync bits and a layer (an AAC ADTS header has the sync bits but layer 0).
-    static func isMPEGAudioFrame(_ head: [UInt8]) -> Bool {
-        head.count >= 2 && head[0] == 0xFF && head[1] & 0xE0 == 0xE0 && head[1] & 0x06 != 0
     }
 
     /// Media types a client may name a clip by, with the extension each stands for.

@@ -20,7 +20,7 @@ public final class EarmarkServer: Sendable {
     private let workers: CatalogWorkers
     private let uploadFolder: String
     private let api: API
-    private let state = Locked(State())
+    private let state = LockedValue(State())
 
     private struct State {
         var group: ServiceGroup?

@@ -130,13 +130,14 @@ extension SessionEvent: Encodable {
     }
 }
 
-/// A value behind a lock, safe to share between threads.
-final class LockedValue<Value>: @unchecked Sendable {
+/// A value behind a lock, safe to share between threads (a session's queue, the server's shared state).
+public final class LockedValue<Value>: @unchecked Sendable {
     // Every access goes through `lock`, which is what makes the unchecked conformance sound.
     private let lock = NSLock()
     private var value: Value
-    init(_ value: Value) { self.value = value }
-    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
+    public init(_ value: Value) { self.value = value }
+    /// Runs `body` on the value with the lock held.
+    public func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
         lock.lock()
         defer { lock.unlock() }
         return try body(&value)

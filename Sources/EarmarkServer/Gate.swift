@@ -1,25 +1,10 @@
-import Foundation
-
-/// A value guarded by a lock, for the little state the server's tasks and worker threads share.
-final class Locked<Value>: @unchecked Sendable {
-    // Every access to `value` holds `lock`.
-    private var value: Value
-    private let lock = NSLock()
-
-    init(_ value: Value) { self.value = value }
-
-    func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
-    }
-}
+import EarmarkKit
 
 /// Admission control: at most `capacity` holders at once, and no queue. A caller that finds it full is
 /// refused at once (the server answers 503 with `Retry-After`) instead of waiting without bound.
 final class Gate: Sendable {
     let capacity: Int
-    private let holders = Locked(0)
+    private let holders = LockedValue(0)
 
     init(capacity: Int) { self.capacity = max(1, capacity) }
 
