@@ -168,13 +168,24 @@ final class IndexSegment {
     /// large index nearly every lookup misses the cache twice (directory, then bucket), and this way the misses
     /// of several keys overlap instead of following one another.
     func lookup(keys: [UInt32], limit: Int = .max, _ body: (Int, UInt32, UInt32) -> Void) throws {
-        let residualBits = UInt64(keyBits - bucketBits)
-        var order: [UInt64] = []  // mixed key << 32 | index into keys
+        try lookup(ordered: IndexSegment.order(keys, bits: keyBits), limit: limit, body)
+    }
+
+    /// `keys` (those within `bits` bits) as mixed key << 32 | index, sorted: bucket order for every segment of
+    /// keys of `bits` bits, whatever its bucket bits, so one ordering serves all segments of an index.
+    static func order(_ keys: [UInt32], bits: Int) -> [UInt64] {
+        var order: [UInt64] = []
         order.reserveCapacity(keys.count)
-        for (i, key) in keys.enumerated() where UInt64(key) >> UInt64(keyBits) == 0 {
-            order.append(UInt64(IndexSegment.mix(key, bits: keyBits)) << 32 | UInt64(i))
+        for (i, key) in keys.enumerated() where UInt64(key) >> UInt64(bits) == 0 {
+            order.append(UInt64(mix(key, bits: bits)) << 32 | UInt64(i))
         }
         order.sort()
+        return order
+    }
+
+    /// ``lookup(keys:limit:_:)`` with the keys already in ``order(_:bits:)``'s form, for this segment's key bits.
+    func lookup(ordered order: [UInt64], limit: Int = .max, _ body: (Int, UInt32, UInt32) -> Void) throws {
+        let residualBits = UInt64(keyBits - bucketBits)
         let directory = UnsafeRawPointer(base) + IndexSegment.headerBytes
         @inline(__always) func bucket(_ j: Int) -> Int { Int(truncatingIfNeeded: order[j] >> (32 + residualBits)) }
         let directoryAhead = 16, bucketAhead = 8

@@ -145,12 +145,14 @@ final class PostingIndex {
     /// `commonKeys`, a key with more than that many times a segment's mean postings per key (and more than
     /// ``commonKeyFloor``) there gives none from it.
     func lookup(keys: [UInt32], commonKeys: Double? = nil, _ body: (Int, UInt32, UInt32) -> Void) throws {
+        guard !segments.isEmpty else { return }
         let filter = !removedBits.isEmpty
+        let ordered = IndexSegment.order(keys, bits: keyBits)  // every segment has the index's key bits
         for segment in segments {
             let limit = commonKeys.map {
                 max(PostingIndex.commonKeyFloor, Int(($0 * Double(segment.postingCount) / Double(UInt64(1) << UInt64(keyBits))).rounded(.up)))
             } ?? .max
-            try segment.lookup(keys: keys, limit: limit) { i, track, frame in
+            try segment.lookup(ordered: ordered, limit: limit) { i, track, frame in
                 if filter, isRemoved(track) { return }
                 body(i, track, frame)
             }
