@@ -205,6 +205,8 @@ public final class Matcher {
 
     /// Decoded reference peaks of the candidates of the current query (all its skew trials).
     private var peakCache: [Int64: PeakIndex] = [:]
+    /// Postings of the hashes the current query's extra searches looked up (see ``lookup(_:common:_:)``).
+    private var postingMemo = PostingMemo()
 
     /// - Parameter options: nil: ``MatchOptions/defaults(for:)`` of the catalog's landmark design.
     public init(catalog: Catalog, options: MatchOptions? = nil) {
@@ -217,6 +219,8 @@ public final class Matcher {
         try signature.validateForMatching(configuration: configuration)
         // Stored peaks do not depend on the skew, so one decode per track serves every trial.
         peakCache.removeAll(keepingCapacity: true)
+        postingMemo = PostingMemo()
+        defer { postingMemo = PostingMemo() }
         var plain = try matchOnce(signature, trials: 1)
         let strong = options.decisiveSignificance ?? options.minimumSignificance + 5
         // Speech over music: the music's peaks are there but rank behind the voices', so the first pass
@@ -358,6 +362,50 @@ public final class Matcher {
     }
 
     /// One search of `signature` (`skewed`: a skew trial's unskewed copy of the clip).
+    /// Postings by hash, kept for one query: neighbouring skews re-hash most landmarks to the same keys (a
+    /// dt of 20 frames stays 20 under a 1 % change), so the grid of extra searches asks for the same hash again
+    /// and again, and each was a full lookup in every segment.
+    private struct PostingMemo {
+        var commonHashes: Double?
+        /// Hash → its postings' range in `tracks` and `frames`.
+        var ranges: [UInt32: Range<Int>] = [:]
+        var tracks: [Int64] = []
+        var frames: [UInt32] = []
+    }
+
+    /// ``Catalog/lookup(hashes:commonHashes:_:)``, through the query's memo for the extra searches (those with a
+    /// `common` limit; the first search is looked up once anyway). The postings of each hash come in the order
+    /// the catalog gives them, so the hits, and so the matches, are the same as without the memo.
+    private func lookup(_ hashes: [UInt32], common: Double?, _ body: (Int, Int64, UInt32) -> Void) throws {
+        guard let common else { return try catalog.lookup(hashes: hashes, commonHashes: nil, body) }
+        if postingMemo.commonHashes != common { postingMemo = PostingMemo(commonHashes: common) }
+        let missing = hashes.filter { postingMemo.ranges[$0] == nil }
+        if !missing.isEmpty {
+            var found: [(k: Int32, track: Int64, frame: UInt32)] = []
+            try catalog.lookup(hashes: missing, commonHashes: common) { k, track, frame in
+                found.append((Int32(truncatingIfNeeded: k), track, frame))
+            }
+            // Group by hash, keeping the catalog's order within each (a counting sort).
+            var next = [Int](repeating: 0, count: missing.count + 1)
+            for f in found { next[Int(f.k) + 1] += 1 }
+            for k in 0..<missing.count { next[k + 1] += next[k] }
+            let base = postingMemo.tracks.count
+            for (k, hash) in missing.enumerated() { postingMemo.ranges[hash] = base + next[k]..<base + next[k + 1] }
+            postingMemo.tracks += repeatElement(0, count: found.count)
+            postingMemo.frames += repeatElement(0, count: found.count)
+            for f in found {
+                let at = base + next[Int(f.k)]
+                next[Int(f.k)] += 1
+                postingMemo.tracks[at] = f.track
+                postingMemo.frames[at] = f.frame
+            }
+        }
+        for (k, hash) in hashes.enumerated() {
+            guard let range = postingMemo.ranges[hash] else { continue }
+            for j in range { body(k, postingMemo.tracks[j], postingMemo.frames[j]) }
+        }
+    }
+
     private func matchOnce(_ signature: Signature, trials: Int, minimumHits: Int? = nil,
                            role: LandmarkRole = .query, skewed: Bool = false) throws -> MatchResult {
         let common = skewed || role == .deepQuery ? options.commonHashes : nil
@@ -376,7 +424,7 @@ public final class Matcher {
 
         var hits: [Hit] = []
         hits.reserveCapacity(landmarks.count * 4)
-        try catalog.lookup(hashes: distinct, commonHashes: common) { k, track, rframe in
+        try lookup(distinct, common: common) { k, track, rframe in
             let hash = distinct[k]
             var i = starts[k]
             while i < sorted.count, sorted[i].hash == hash {
