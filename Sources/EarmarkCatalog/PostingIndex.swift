@@ -42,8 +42,14 @@ final class PostingIndex {
     private var removedBits: [UInt64] = []
     private var manifestStamp: (ino_t, Int, Int)?
     private var lockFD: Int32 = -1
-    /// Resident mapped bytes a reader keeps before dropping its mappings (see ``IndexSegment/releasePages()``).
-    var residentBudget = 256 << 20
+    /// Mapped bytes (``IndexSegment/residentBytes``, all segments) a reader maps at most: the bound on the index's
+    /// share of its resident memory. Buckets past it are read with `pread` (see ``IndexSegment/lookup(ordered:limit:residentLimit:_:)``).
+    var residentBudget = PostingIndex.defaultResidentBudget
+    /// 1.5 GiB, or `EARMARK_INDEX_MEMORY_MB` mebibytes.
+    static let defaultResidentBudget: Int = {
+        if let v = ProcessInfo.processInfo.environment["EARMARK_INDEX_MEMORY_MB"], let mb = Int(v), mb > 0 { return mb << 20 }
+        return 1536 << 20
+    }()
 
     static func folder(forCatalog path: String) -> String { path + "-index" }
     private var manifestPath: String { folder + "/manifest.json" }
@@ -152,13 +158,17 @@ final class PostingIndex {
             let limit = commonKeys.map {
                 max(PostingIndex.commonKeyFloor, Int(($0 * Double(segment.postingCount) / Double(UInt64(1) << UInt64(keyBits))).rounded(.up)))
             } ?? .max
-            try segment.lookup(ordered: ordered, limit: limit) { i, track, frame in
+            // Each segment gets the share of the budget that its size is of the index's.
+            let share = Int(Double(residentBudget) * Double(segment.byteCount) / Double(max(1, byteCount)))
+            try segment.lookup(ordered: ordered, limit: limit, residentLimit: share) { i, track, frame in
                 if filter, isRemoved(track) { return }
                 body(i, track, frame)
             }
-            if segment.touchedBytes > residentBudget { segment.releasePages() }
         }
     }
+
+    /// Bytes of all segment files.
+    var byteCount: Int { segments.reduce(0) { $0 + $1.byteCount } }
 
     /// A key with at most this many postings in a segment is never too common to look up.
     static let commonKeyFloor = 64

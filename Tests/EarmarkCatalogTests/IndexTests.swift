@@ -101,6 +101,48 @@ struct IndexSegmentTests {
         }
     }
 
+    @Test("a lookup counts the 64-KB windows it maps, the mapping holds no more than that, and a resident limit bounds it with the same answers")
+    func residentWindows() throws {
+        let dir = try TemporaryDirectory("segment-resident")
+        let path = try writeSegment(randomPostings(seed: 23, count: 2_000_000), to: dir.path("s.seg")).path
+        let window = 1 << IndexSegment.windowShift
+        var rng = SeededRandom(seed: 5)
+        let keys = (0..<20_000).map { _ in UInt32.random(in: 0...UInt32.max, using: &rng) }
+        /// Kilobytes of the segment's mappings resident in this process, as the kernel reports them.
+        func mappedKB() throws -> Int {
+            let smaps = try String(contentsOfFile: "/proc/self/smaps", encoding: .utf8)
+            var inSegment = false, total = 0
+            for line in smaps.split(separator: "\n") {
+                if line.contains("-"), line.split(separator: " ").count >= 5, line.first?.isHexDigit == true {
+                    inSegment = line.hasSuffix(path)
+                } else if inSegment, line.hasPrefix("Rss:") {
+                    total += Int(line.split(separator: " ")[1]) ?? 0
+                }
+            }
+            return total
+        }
+        var all: [Found] = []
+        do {
+            let segment = try IndexSegment(path: path)
+            try segment.lookup(keys: keys) { all.append(Found(key: keys[$0], track: $1, frame: $2)) }
+            #expect(!all.isEmpty)
+            #expect(segment.residentBytes % window == 0 && segment.residentBytes > 8 * window)
+            #expect(segment.residentBytes <= (segment.byteCount / window + 1) * window)
+            #expect(try mappedKB() * 1024 <= segment.residentBytes)
+        }
+        #expect(try mappedKB() == 0)
+        // Under a limit of 8 windows, the rest is read without mapping it: the same postings, no more mapped.
+        let segment = try IndexSegment(path: path)
+        let limit = 8 * window
+        var bounded: [Found] = []
+        try segment.lookup(ordered: IndexSegment.order(keys, bits: segment.keyBits), residentLimit: limit) {
+            bounded.append(Found(key: keys[$0], track: $1, frame: $2))
+        }
+        #expect(bounded == all)
+        #expect(segment.residentBytes <= limit)
+        #expect(try mappedKB() * 1024 <= limit)
+    }
+
     @Test("keys of 21 bits are stored in fewer bits than keys of 32; a bucket per key when postings outnumber keys")
     func narrowKeys() throws {
         let dir = try TemporaryDirectory("segment-narrow")
