@@ -63,7 +63,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"), .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
             .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
-        ]),
+        ], resources: [.copy("Page")]),   // the page at `/`: plain HTML, JS and CSS, no build step
         .executableTarget(name: "earmark", dependencies: [
             "EarmarkKit", "EarmarkCapture", "EarmarkServer", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),

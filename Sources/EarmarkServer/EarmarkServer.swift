@@ -66,6 +66,7 @@ public final class EarmarkServer: Sendable {
         router.add(middleware: ErrorMiddleware())
         api.register(on: router)
         listen.register(on: router)
+        Page.load().register(on: router)
         let host = configuration.host
         let maxBody = configuration.maxBodyBytes
         let app = Application(

@@ -205,6 +205,6 @@ final class MessageReader: @unchecked Sendable {
 }
 
 extension API {
-    /// Every route the server registers: the API's, and the WebSocket's.
-    static var allRoutes: [(method: HTTPRequest.Method, path: String)] { routes + ListenEndpoint.routes }
+    /// Every route the server registers: the API's, the WebSocket's and the page's.
+    static var allRoutes: [(method: HTTPRequest.Method, path: String)] { routes + ListenEndpoint.routes + Page.routes }
 }
