@@ -36,6 +36,35 @@ import Testing
         }
     }
 
+    /// `classify: true` adds `sound` events, as `listen --classify --json` prints them.
+    @Test func classifyAddsSoundEvents() async throws {
+        let catalog = try await ReferenceCatalog.shared.value()
+        let model = try await HTTPTestClient.onDispatchThread { try TestModel.set().model.path }
+        let pcm = try Self.pcm(try catalog.audio.reference("pingus-5"), start: 20, seconds: 6, rate: 22_050)
+        try await TestServer.with(catalog: catalog.path, configure: { $0.soundModelPath = model }) { server in
+            let result = try await Self.stream(port: server.port, start: #"{"format":"s16le","sampleRate":22050,"channels":1,"classify":true}"#,
+                                               pcm: pcm, bytesPerSecond: 44_100, pace: 0, end: true)
+            let sounds = result.events.filter { $0["event"] as? String == "sound" }
+            #expect(sounds.count >= 5, "\(result)")
+            let labels = sounds.first?["labels"] as? [[String: Any]] ?? []
+            #expect(!labels.isEmpty && labels.count <= 3, "\(result)")
+            #expect(labels.first?["label"] is String && labels.first?["confidence"] is Double)
+            #expect(sounds.allSatisfy { ($0["duration"] as? Double ?? 0) > 0.9 && $0["start"] is Double })
+            #expect(result.events.last?["event"] as? String == "end", "\(result)")
+        }
+    }
+
+    /// `classify: true` without a sound model: `model_unavailable`, and a close with 1013 (try again later).
+    @Test func classifyWithoutAModelIsRefused() async throws {
+        let catalog = try await ReferenceCatalog.shared.value()
+        try await TestServer.with(catalog: catalog.path, configure: { $0.soundModelPath = "/nonexistent/model.json" }) { server in
+            let result = try await Self.stream(port: server.port, start: #"{"format":"f32le","sampleRate":16000,"channels":1,"classify":true}"#,
+                                               pcm: Data(), bytesPerSecond: 1, pace: 0, end: false)
+            #expect(result.events.first?["code"] as? String == "model_unavailable", "\(result)")
+            #expect(result.closeCode == .unknown(1013), "\(result)")
+        }
+    }
+
     /// A bad start message, a binary first message, and frames that are not whole samples: an `error` event
     /// with its code, then a close with 1008 (policy violation). The server goes on serving.
     @Test func protocolErrorsCloseWithAnErrorEvent() async throws {
