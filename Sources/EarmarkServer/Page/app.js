@@ -205,6 +205,9 @@ async function startListening() {
   button.disabled = true;
   try {
     if (!live.media) {
+      if (!navigator.mediaDevices || !window.AudioWorkletNode) {
+        throw new Error('this browser gives the microphone only to pages on https:// or localhost');
+      }
       live.media = await navigator.mediaDevices.getUserMedia({
         audio: { echoCancellation: false, noiseSuppression: false, autoGainControl: false },
       });
