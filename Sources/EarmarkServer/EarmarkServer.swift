@@ -76,8 +76,8 @@ public final class EarmarkServer: Sendable {
             onServerRunning: { channel in await onListening(host, channel.localAddress?.port ?? 0) },
             logger: logger)
         var groupConfiguration = ServiceGroupConfiguration(
-            services: [.init(service: app), .init(service: DrainSignal(api: api), successTerminationBehavior: .ignore),
-                       .init(service: ListenDrain(streams: listen.streams), successTerminationBehavior: .ignore)],
+            services: [.init(service: app), .init(service: ListenDrain(streams: listen.streams), successTerminationBehavior: .ignore),
+                       .init(service: DrainSignal(api: api), successTerminationBehavior: .ignore)],
             gracefulShutdownSignals: handlingSignals ? [.sigterm, .sigint] : [],
             logger: logger)
         groupConfiguration.maximumGracefulShutdownDuration = configuration.shutdownGracePeriod

@@ -73,8 +73,9 @@ final class ListenStreams: Sendable {
     }
 }
 
-/// Ends every stream when a graceful shutdown begins. It is listed after the server, so the service group tells
-/// it before the server stops (which would close the sockets without an `end`).
+/// Ends every stream when a graceful shutdown begins. It is listed after the server (and before DrainSignal, which
+/// turns `/readyz` to 503 first), so the service group tells it, and waits for it, before the server stops (which
+/// would close the sockets without an `end`).
 struct ListenDrain: Service {
     let streams: ListenStreams
     func run() async throws {
