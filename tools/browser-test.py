@@ -67,9 +67,14 @@ class CDP:
         return None
 
 
+# Every process started, each the leader of its own process group; all are ended on the way out.
+processes = []
+
+
 def start_server(earmark, catalog):
     server = subprocess.Popen([earmark, "serve", "--catalog", catalog, "--port", "0", "--json"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    processes.append(server)
     text = ""
     while True:   # one JSON object, maybe over several lines
         line = server.stdout.readline()
@@ -88,7 +93,8 @@ def start_chromium(chromium, profile, wav):
             f"--user-data-dir={profile}", "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
             f"--use-file-for-fake-audio-capture={wav}", "--autoplay-policy=no-user-gesture-required",
             "--window-size=1280,900", "about:blank"]
-    browser = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    browser = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    processes.append(browser)
     port_file = os.path.join(profile, "DevToolsActivePort")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -122,7 +128,6 @@ def main():
         return 2
 
     profile = tempfile.mkdtemp(prefix="earmark-chromium-")
-    server = browser = None
     failures = []
     try:
         server, url = start_server(args.earmark, args.catalog)
@@ -174,13 +179,17 @@ def main():
         print(f"browser-test: error: {e}", file=sys.stderr)
         return 2
     finally:
-        for process in (browser, server):
-            if process and process.poll() is None:
+        for process in reversed(processes):   # the browser, then the server (which exits 0 on SIGTERM)
+            if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
                 try:
                     process.wait(timeout=30)
                 except subprocess.TimeoutExpired:
-                    process.kill()
+                    pass
+            try:
+                os.killpg(process.pid, signal.SIGKILL)   # whatever is left of its group (chromium's helpers)
+            except ProcessLookupError:
+                pass
         shutil.rmtree(profile, ignore_errors=True)
     for failure in failures:
         print(f"browser-test: FAILED {failure}", file=sys.stderr)
