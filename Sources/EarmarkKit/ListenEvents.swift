@@ -7,6 +7,7 @@ import Foundation
 
 /// Encodes listen events as `listen --json` prints them: sorted keys, slashes unescaped, one line.
 public enum ListenJSON {
+    /// One event as the bytes of one JSON line (without the newline).
     public static func encode(_ value: some Encodable) throws -> Data {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
@@ -25,6 +26,7 @@ public struct ListenSoundEvent: Encodable, Sendable {
     /// The top labels, most confident first.
     public var labels: [LabelConfidence]
 
+    /// The event for a classified window, `time` seconds into the input.
     public init(_ window: SoundWindow, time: Double) {
         self.time = time
         start = window.start
