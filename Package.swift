@@ -20,6 +20,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        // `GET /v1/listen` (WebSocket) of `earmark serve`, and the WebSocket client its tests use.
+        .package(url: "https://github.com/hummingbird-project/hummingbird-websocket", from: "2.8.1"),
     ],
     targets: [
         .systemLibrary(name: "CFFTW3", pkgConfig: "fftw3f", providers: [.apt(["libfftw3-dev"])]),
@@ -59,7 +61,9 @@ let package = Package(
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "NIOHTTPTypes", package: "swift-nio-extras"), .product(name: "HTTPTypes", package: "swift-http-types"),
             .product(name: "Logging", package: "swift-log"), .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-        ]),
+            .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+            .product(name: "NIOHTTP1", package: "swift-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
+        ], resources: [.copy("Page")]),   // the page at `/`: plain HTML, JS and CSS, no build step
         .executableTarget(name: "earmark", dependencies: [
             "EarmarkKit", "EarmarkCapture", "EarmarkServer", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
@@ -81,7 +85,9 @@ let package = Package(
         .testTarget(name: "EarmarkClassificationTests", dependencies: ["EarmarkClassification", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkStreamingTests", dependencies: ["EarmarkStreaming", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkKitTests", dependencies: ["EarmarkKit", "EarmarkTestSupport"]),
-        .testTarget(name: "EarmarkServerTests", dependencies: ["EarmarkServer", "EarmarkKit", "EarmarkTestSupport"]),
+        .testTarget(name: "EarmarkServerTests", dependencies: [
+            "EarmarkServer", "EarmarkKit", "EarmarkTestSupport", .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+        ]),
         .testTarget(name: "EarmarkCLITests", dependencies: ["EarmarkAnalysis", "EarmarkKit", "EarmarkTestSupport"]),
 
         // Fuzzing (tools/fuzz.sh): one libFuzzer target per parser of outside bytes, all calling EarmarkFuzzing's

@@ -7,6 +7,7 @@ PACKAGES=(
   pkg-config libfftw3-dev libsndfile1-dev libsqlite3-dev libsoxr-dev libopus-dev libogg-dev libmpg123-dev
   libpulse-dev pulseaudio pulseaudio-utils libebur128-dev libopenblas-dev python3 python3-venv
   sox libsox-fmt-all ffmpeg sqlite3 ca-certificates espeak-ng xmp faketime
+  chromium python3-websocket   # tools/browser-test.py: the page of `earmark serve` in headless Chromium, over CDP
 )
 
 missing=()

@@ -26,7 +26,7 @@ struct API: Sendable {
     /// The methods served at `path` (empty when no route has that path), for a 405's `Allow`.
     static func methods(at path: String) -> [HTTPRequest.Method] {
         let segments = path.split(separator: "/", omittingEmptySubsequences: false)
-        return routes.filter { route in
+        return allRoutes.filter { route in
             let pattern = route.path.split(separator: "/", omittingEmptySubsequences: false)
             return pattern.count == segments.count
                 && zip(pattern, segments).allSatisfy { p, s in p == s || (p.hasPrefix("{") && p.hasSuffix("}") && !s.isEmpty) }

@@ -87,17 +87,26 @@ final class CatalogWorkers: Sendable {
                     try FileManager.default.moveItem(atPath: file, toPath: file + "." + ext)
                     path = file + "." + ext
                 }
-                let model: SoundModel? = classify ? try soundModel.withLock { cached in
-                    if let cached { return cached }
-                    let loaded = try SoundModel.load(path: soundModelPath)
-                    cached = loaded
-                    return loaded
-                } : nil
+                let model = classify ? try CatalogWorkers.load(soundModel, soundModelPath) : nil
                 recognizer.matcher.options.maximumMatches = maxMatches
                 return try recognizer.report(path: path, name: name, sound: model)
             } catch {
                 throw APIError.from(error, path: path, name: name)
             }
+        }
+    }
+
+    /// The sound model for classification, loaded on a pool thread the first time.
+    func loadSoundModel() async throws -> SoundModel {
+        try await run { [soundModel, soundModelPath] _ in try CatalogWorkers.load(soundModel, soundModelPath) }
+    }
+
+    private static func load(_ cache: LockedValue<SoundModel?>, _ path: String?) throws -> SoundModel {
+        try cache.withLock { cached in
+            if let cached { return cached }
+            let loaded = try SoundModel.load(path: path)
+            cached = loaded
+            return loaded
         }
     }
 

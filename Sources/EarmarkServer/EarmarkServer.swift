@@ -20,6 +20,7 @@ public final class EarmarkServer: Sendable {
     private let workers: CatalogWorkers
     private let uploadFolder: String
     private let api: API
+    private let listen: ListenEndpoint
     private let state = LockedValue(State())
 
     private struct State {
@@ -35,7 +36,8 @@ public final class EarmarkServer: Sendable {
                   upload: ClipUpload(folder: uploadFolder, limit: configuration.maxBodyBytes),
                   matches: Gate(capacity: configuration.maxConcurrentMatches),
                   reads: Gate(capacity: configuration.maxConcurrentReads))
-        routes = API.routes.map { "\($0.method) \($0.path)" }
+        listen = ListenEndpoint(workers: workers, configuration: configuration)
+        routes = API.allRoutes.map { "\($0.method) \($0.path)" }
     }
 
     /// Opens the catalog (read-only, once per worker thread, with its index loaded) and the upload folder.
@@ -63,16 +65,19 @@ public final class EarmarkServer: Sendable {
         let router = Router()
         router.add(middleware: ErrorMiddleware())
         api.register(on: router)
+        listen.register(on: router)
+        Page.load().register(on: router)
         let host = configuration.host
         let maxBody = configuration.maxBodyBytes
         let app = Application(
             router: router,
-            server: .http1(configuration: .init(additionalChannelHandlers: [ExpectContinueHandler(maxBodyBytes: maxBody)])),
+            server: listen.serverBuilder(http1: .init(additionalChannelHandlers: [ExpectContinueHandler(maxBodyBytes: maxBody)])),
             configuration: .init(address: .hostname(host, port: configuration.port), serverName: "earmark"),
             onServerRunning: { channel in await onListening(host, channel.localAddress?.port ?? 0) },
             logger: logger)
         var groupConfiguration = ServiceGroupConfiguration(
-            services: [.init(service: app), .init(service: DrainSignal(api: api), successTerminationBehavior: .ignore)],
+            services: [.init(service: app), .init(service: ListenDrain(streams: listen.streams), successTerminationBehavior: .ignore),
+                       .init(service: DrainSignal(api: api), successTerminationBehavior: .ignore)],
             gracefulShutdownSignals: handlingSignals ? [.sigterm, .sigint] : [],
             logger: logger)
         groupConfiguration.maximumGracefulShutdownDuration = configuration.shutdownGracePeriod
@@ -96,6 +101,9 @@ public final class EarmarkServer: Sendable {
     /// Matches admitted now: receiving their clip, waiting for a worker or running (at most
     /// ``ServerConfiguration/maxConcurrentMatches``).
     public var matchesInProgress: Int { api.matches.count }
+
+    /// `GET /v1/listen` streams running now (at most ``ServerConfiguration/maxConcurrentStreams``).
+    public var streamsInProgress: Int { listen.streams.count }
 
     /// Begins a graceful shutdown of ``run(handlingSignals:onListening:)`` (as SIGTERM does).
     public func shutdown() async {

@@ -15,6 +15,9 @@ public struct ServerConfiguration: Sendable {
     /// Matches accepted at once (receiving, waiting for a worker or running); one more is refused with 503
     /// and `Retry-After`. Default: twice ``workers``.
     public var maxConcurrentMatches: Int
+    /// `GET /v1/listen` WebSocket streams at once (each has a catalog connection and two threads of its own);
+    /// one more is refused with 503 and `Retry-After`. Default 64.
+    public var maxConcurrentStreams = 64
     /// Catalog reads (tracks, stats) accepted at once; one more is refused with 503. Default 64.
     public var maxConcurrentReads = 64
     /// Seconds to wait while another process holds the catalog's write lock.

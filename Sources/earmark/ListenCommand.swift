@@ -212,28 +212,6 @@ final class LoudnessTap: AudioSource {
     }
 }
 
-/// Passes a source's buffers on while classifying their sounds; reports each window as it completes.
-final class SoundTap: AudioSource {
-    private let source: any AudioSource
-    private let stream: SoundClassificationStream
-    private let report: (SoundWindow, Double) -> Void
-
-    init(_ source: any AudioSource, model: SoundModel, report: @escaping (SoundWindow, Double) -> Void) throws {
-        self.source = source
-        stream = try SoundClassificationStream(model: model, options: ClassificationOptions(topK: 3))
-        self.report = report
-    }
-
-    func next() throws -> PCMBuffer? {
-        guard let buffer = try source.next() else {
-            for w in stream.finish() { report(w, stream.duration) }
-            return nil
-        }
-        for w in try stream.append(buffer) { report(w, stream.duration) }
-        return buffer
-    }
-}
-
 /// A flag set from any thread.
 final class LockedFlag: @unchecked Sendable {
     // All access goes through the lock.
@@ -253,9 +231,9 @@ final class ListenDisplay: @unchecked Sendable {
     private let started: Double
     private var current: StreamMatch?
     private var statusVisible = false
-    private(set) var heard = 0.0
-    private var matches: [StreamMatch] = []
-    private var dropped = 0.0
+    /// What the `end` event reports (shared with `earmark serve`'s WebSocket).
+    private var summary = ListenSummary()
+    var heard: Double { lock.lock(); defer { lock.unlock() }; return summary.heard }
     private var level: Double?
     private var hearing: String?
 
@@ -268,14 +246,10 @@ final class ListenDisplay: @unchecked Sendable {
     func show(_ event: SessionEvent) {
         lock.lock()
         defer { lock.unlock() }
-        heard = max(heard, event.time)
+        summary.record(event)
         switch event {
-        case .match(let m):
-            current = m
-            // A relocation is the same track found at another place, not another identification.
-            if !m.relocated { matches.append(m) }
+        case .match(let m): current = m
         case .noMatch: current = nil
-        case .dropped(_, let s): dropped += s
         default: break
         }
         if case .ended = event { return }   // `end(reason:)` reports it, with the reason
@@ -321,14 +295,7 @@ final class ListenDisplay: @unchecked Sendable {
         defer { lock.unlock() }
         hearing = window.labels.first?.label
         guard json else { return }
-        struct Event: Encodable {
-            var event = "sound"
-            var time: Double
-            var start: Double
-            var duration: Double
-            var labels: [LabelConfidence]
-        }
-        emitLine(Event(time: time, start: window.start, duration: window.duration, labels: window.labels))
+        emitLine(ListenSoundEvent(window, time: time))
     }
 
     /// Redraws the status line (on a terminal), moving the predicted position with the clock.
@@ -343,12 +310,11 @@ final class ListenDisplay: @unchecked Sendable {
         defer { lock.unlock() }
         clearStatus()
         if json {
-            let end: [String: JSONValue] = ["event": .string("end"), "time": .number(heard), "reason": .string(reason),
-                                            "matches": .number(Double(matches.count)), "dropped": .number(dropped)]
-            emitLine(end)
+            emitLine(summary.end(reason: reason))
             return
         }
-        var text = "listened \(formatDuration(heard)) (\(reason)): "
+        let matches = summary.matches, dropped = summary.dropped
+        var text = "listened \(formatDuration(summary.heard)) (\(reason)): "
         if matches.isEmpty {
             text += "no match"
         } else {
@@ -386,9 +352,7 @@ final class ListenDisplay: @unchecked Sendable {
 
     /// One NDJSON line on standard output, written at once.
     private func emitLine<T: Encodable>(_ value: T) {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        guard let data = try? encoder.encode(value) else { return }
+        guard let data = try? ListenJSON.encode(value) else { return }
         FileHandle.standardOutput.write(data + Data("\n".utf8))
     }
 }

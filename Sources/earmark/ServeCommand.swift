@@ -24,11 +24,15 @@ struct ServeCommand: AsyncParsableCommand {
                                  album)
           GET  /v1/tracks/{id}   what `catalog info ID --json` prints
           GET  /v1/catalog       what `catalog stats --json` prints
+          GET  /v1/listen        WebSocket: PCM in (first a JSON start message),
+                                 the events `listen --json` prints out
+          GET  /                 a page: identify a file, listen from the
+                                 microphone, search the catalog
 
         Errors are JSON, {"error": {"code": "...", "message": "..."}}: 4xx for bad input (400 empty \
         body or bad parameter, 404 unknown id, 413 body over --max-body-mb, 415 not audio, 422 \
         unreadable, too short or silent clip); 503 with Retry-After when --max-concurrent matches \
-        are already running or waiting.
+        are already running or waiting, or --max-streams WebSocket streams are open.
 
         On start it prints `listening on http://HOST:PORT` on standard error (with --json, one JSON \
         object {url, host, port, catalog, workers, maxConcurrent, maxBodyBytes} on standard output). \
@@ -56,6 +60,10 @@ struct ServeCommand: AsyncParsableCommand {
         valueName: "n"))
     var maxConcurrent: Int?
 
+    @Option(name: .customLong("max-streams"), help: ArgumentHelp(
+        "GET /v1/listen WebSocket streams at once; more get 503 with Retry-After.", valueName: "n"))
+    var maxStreams = 64
+
     @Option(help: ArgumentHelp("Sound model for classify=true (default: see `earmark classify --help`).", valueName: "path"))
     var model: String?
 
@@ -63,6 +71,7 @@ struct ServeCommand: AsyncParsableCommand {
         guard (0...65_535).contains(port) else { throw ValidationError("--port must be from 0 to 65535.") }
         guard (1...1_048_576).contains(maxBodyMB) else { throw ValidationError("--max-body-mb must be from 1 to 1048576.") }
         if let maxConcurrent, maxConcurrent < 1 { throw ValidationError("--max-concurrent must be at least 1.") }
+        guard maxStreams >= 1 else { throw ValidationError("--max-streams must be at least 1.") }
         guard !host.isEmpty else { throw ValidationError("--host must not be empty.") }
     }
 
@@ -72,6 +81,7 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.port = port
         configuration.maxBodyBytes = maxBodyMB * 1_048_576
         if let maxConcurrent { configuration.maxConcurrentMatches = maxConcurrent }
+        configuration.maxConcurrentStreams = maxStreams
         configuration.lockTimeout = options.lockTimeout
         configuration.soundModelPath = model
         let json = options.json

@@ -284,7 +284,7 @@ import Testing
             #expect(Set(server.server.routes) == documented)
             for operation in documented.sorted() {
                 let parts = operation.split(separator: " ", maxSplits: 1).map(String.init)
-                let target = parts[1].replacingOccurrences(of: "{id}", with: String(id))
+                let target = parts[1].replacingOccurrences(of: "{id}", with: String(id)).replacingOccurrences(of: "{file}", with: "app.js")
                 let reply = try await HTTPTestClient.send(port: server.port, parts[0], target, body: parts[0] == "POST" ? Data() : nil)
                 #expect(reply.errorCode != "not_found", "\(operation) is documented but not served")
                 #expect(reply.status < 500, "\(operation): \(reply.text)")

@@ -1,0 +1,280 @@
+// Earmark's page: identify a file (POST /v1/match), listen live (GET /v1/listen over a WebSocket) and browse the
+// catalog (GET /v1/tracks?q=). Plain JavaScript, no build step; every request goes to the server that served it.
+'use strict';
+
+const $ = (id) => document.getElementById(id);
+
+function clock(seconds) {
+  if (!Number.isFinite(seconds) || seconds < 0) seconds = 0;
+  const s = Math.floor(seconds), h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), r = s % 60;
+  return (h ? h + ':' + String(m).padStart(2, '0') : String(m)) + ':' + String(r).padStart(2, '0');
+}
+
+function el(tag, props, ...children) {
+  const node = document.createElement(tag);
+  Object.assign(node, props || {});
+  for (const c of children) node.append(c);
+  return node;
+}
+
+function trackName(track) { return track.title || ('Track ' + track.id); }
+function trackBy(track) {
+  return [track.artist, track.album].filter(Boolean).join(' — ') || (track.sourcePath || '').split('/').pop();
+}
+
+async function errorText(response) {
+  try {
+    const body = await response.json();
+    if (body && body.error) return body.error.message + ' (' + body.error.code + ')';
+  } catch (e) { /* not JSON */ }
+  return 'HTTP ' + response.status;
+}
+
+// MARK: Catalog
+
+const catalog = { query: '', offset: 0, next: null, current: null };
+
+async function loadStats() {
+  try {
+    const r = await fetch('/v1/catalog');
+    if (!r.ok) throw new Error(await errorText(r));
+    const s = await r.json();
+    const hours = s.totalDuration / 3600;
+    $('stats').textContent = s.trackCount + ' track' + (s.trackCount === 1 ? '' : 's') + ' · ' +
+      (hours >= 1 ? hours.toFixed(1) + ' h' : clock(s.totalDuration)) + ' of audio';
+  } catch (e) {
+    $('stats').textContent = 'catalog unavailable: ' + e.message;
+  }
+}
+
+async function loadTracks(append) {
+  const q = catalog.query;
+  const offset = append ? catalog.next : 0;
+  const params = new URLSearchParams({ limit: '25', offset: String(offset) });
+  if (q) params.set('q', q);
+  const r = await fetch('/v1/tracks?' + params);
+  if (q !== catalog.query) return;  // a newer search started meanwhile
+  const body = $('tracks');
+  if (!append) body.replaceChildren();
+  if (!r.ok) {
+    body.append(el('tr', {}, el('td', { colSpan: 5, className: 'error', textContent: await errorText(r) })));
+    return;
+  }
+  const page = await r.json();
+  for (const t of page.tracks) {
+    const row = el('tr', { id: 'track-' + t.id },
+      el('td', { className: 'num', textContent: String(t.id) }),
+      el('td', { textContent: trackName(t) }),
+      el('td', { textContent: t.artist || '' }),
+      el('td', { textContent: t.album || '' }),
+      el('td', { className: 'num', textContent: clock(t.duration) }));
+    if (catalog.current === t.id) row.classList.add('current');
+    body.append(row);
+  }
+  if (!append && page.tracks.length === 0) {
+    body.append(el('tr', {}, el('td', { colSpan: 5, className: 'busy', textContent: q ? 'No track matches “' + q + '”.' : 'The catalog is empty.' })));
+  }
+  catalog.next = page.nextOffset;
+  $('more').hidden = page.nextOffset === null;
+  $('tracks-count').textContent = page.total + (q ? ' matching' : '') + ' track' + (page.total === 1 ? '' : 's');
+}
+
+function markCurrent(id) {
+  catalog.current = id;
+  for (const row of document.querySelectorAll('.tracks tr.current')) row.classList.remove('current');
+  const row = id !== null && $('track-' + id);
+  if (row) row.classList.add('current');
+}
+
+let searchTimer = 0;
+$('search').addEventListener('input', () => {
+  clearTimeout(searchTimer);
+  searchTimer = setTimeout(() => { catalog.query = $('search').value.trim(); loadTracks(false); }, 200);
+});
+$('more').addEventListener('click', () => loadTracks(true));
+
+// MARK: Identify a file
+
+async function identify(file) {
+  const out = $('file-result');
+  out.replaceChildren(el('div', { className: 'busy', textContent: 'Identifying ' + file.name + '…' }));
+  try {
+    const r = await fetch('/v1/match?maxMatches=3&name=' + encodeURIComponent(file.name), {
+      method: 'POST', body: file, headers: { 'Content-Type': file.type || 'application/octet-stream' },
+    });
+    if (!r.ok) throw new Error(await errorText(r));
+    const report = await r.json();
+    out.replaceChildren();
+    if (report.matches.length === 0) {
+      out.append(el('div', { className: 'busy', id: 'file-nomatch', textContent: 'No match for ' + file.name + '.' }));
+      return;
+    }
+    for (const m of report.matches) {
+      out.append(el('div', { className: 'match' },
+        el('div', { className: 'title', textContent: trackName(m.track) }),
+        el('div', { className: 'conf', textContent: Math.round(m.confidence * 100) + '%' }),
+        el('div', { className: 'sub', textContent: trackBy(m.track) }),
+        el('div', { className: 'sub', textContent: 'at ' + clock(m.matchOffset) + ' of ' + clock(m.track.duration) })));
+    }
+    out.firstChild.id = 'file-match';
+    out.firstChild.dataset.trackId = String(report.matches[0].track.id);
+  } catch (e) {
+    out.replaceChildren(el('div', { className: 'error', textContent: file.name + ': ' + e.message }));
+  }
+}
+
+$('file').addEventListener('change', () => { if ($('file').files.length) identify($('file').files[0]); });
+const drop = $('drop');
+drop.addEventListener('dragover', (e) => { e.preventDefault(); drop.classList.add('over'); });
+drop.addEventListener('dragleave', () => drop.classList.remove('over'));
+drop.addEventListener('drop', (e) => {
+  e.preventDefault();
+  drop.classList.remove('over');
+  if (e.dataTransfer.files.length) identify(e.dataTransfer.files[0]);
+});
+
+// MARK: Listen
+
+const RATE = 16000;
+const live = { socket: null, context: null, media: null, match: null, matchAt: 0, classify: true, stopping: false };
+
+function status(text, isError) {
+  $('listen-status').textContent = text;
+  $('listen-status').className = isError ? 'hint error' : 'hint';
+}
+
+function showMatch(event) {
+  live.match = event;
+  live.matchAt = performance.now();
+  $('now').hidden = false;
+  $('now').dataset.trackId = String(event.track.id);
+  $('now-title').textContent = trackName(event.track);
+  $('now-artist').textContent = trackBy(event.track);
+  $('now-duration').textContent = clock(event.track.duration);
+  const pct = Math.round(event.confidence * 100);
+  $('now-confidence').textContent = pct + '%';
+  $('now-confidence-bar').style.width = pct + '%';
+  status('Matched at ' + clock(event.time) + ' of listening.');
+  markCurrent(event.track.id);
+}
+
+// The position moves with the clock between events: predictedCurrentMatchOffset is where the track was when
+// the event was sent, and it plays on at timeScale.
+function tick() {
+  const m = live.match;
+  if (m) {
+    const position = m.predictedCurrentMatchOffset + (m.timeScale || 1) * (performance.now() - live.matchAt) / 1000;
+    $('now-position').textContent = clock(position);
+    $('now-bar').style.width = Math.min(100, 100 * position / Math.max(1, m.track.duration)) + '%';
+  }
+  requestAnimationFrame(tick);
+}
+requestAnimationFrame(tick);
+
+function showSounds(event) {
+  const box = $('sounds');
+  box.replaceChildren(...event.labels.map((l) =>
+    el('span', { className: 'chip' }, el('b', { textContent: l.label }), ' ' + Math.round(l.confidence * 100) + '%')));
+}
+
+function onEvent(event) {
+  switch (event.event) {
+    case 'match': showMatch(event); break;
+    case 'noMatch':
+      live.match = null;
+      $('now').hidden = true;
+      markCurrent(null);
+      status(event.previousTrack ? 'The track stopped matching; listening…' : 'No match yet; listening…');
+      break;
+    case 'sound': showSounds(event); break;
+    case 'dropped': status('The server fell behind and skipped ' + event.seconds.toFixed(1) + ' s.'); break;
+    case 'error':
+      if (event.code === 'model_unavailable' && live.classify) {
+        live.classify = false;   // no sound model on the server: listen without sound classes
+        live.retry = true;
+      } else {
+        status(event.message, true);
+      }
+      break;
+    case 'end': if (!live.stopping) status('Listening ended (' + event.reason + ').'); break;
+  }
+}
+
+async function startListening() {
+  const button = $('listen');
+  button.disabled = true;
+  try {
+    if (!live.media) {
+      if (!navigator.mediaDevices || !window.AudioWorkletNode) {
+        throw new Error('this browser gives the microphone only to pages on https:// or localhost');
+      }
+      live.media = await navigator.mediaDevices.getUserMedia({
+        audio: { echoCancellation: false, noiseSuppression: false, autoGainControl: false },
+      });
+      live.context = new AudioContext();
+      await live.context.audioWorklet.addModule('/assets/listen-worklet.js');
+      const source = live.context.createMediaStreamSource(live.media);
+      live.node = new AudioWorkletNode(live.context, 'earmark-downsampler', { processorOptions: { targetRate: RATE } });
+      const mute = live.context.createGain();
+      mute.gain.value = 0;
+      source.connect(live.node).connect(mute).connect(live.context.destination);
+      live.node.port.onmessage = (e) => {
+        if (live.socket && live.socket.readyState === WebSocket.OPEN && live.started) live.socket.send(e.data);
+      };
+    }
+    await live.context.resume();
+    openSocket();
+    button.textContent = 'Stop';
+    button.classList.add('live');
+    status('Listening…');
+  } catch (e) {
+    status('Cannot listen: ' + e.message, true);
+    stopListening();
+  } finally {
+    button.disabled = false;
+  }
+}
+
+function openSocket() {
+  const url = (location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/v1/listen';
+  const socket = new WebSocket(url);
+  socket.binaryType = 'arraybuffer';
+  live.socket = socket;
+  live.started = false;
+  live.retry = false;
+  socket.onopen = () => {
+    socket.send(JSON.stringify({ format: 'f32le', sampleRate: RATE, channels: 1, classify: live.classify }));
+    live.started = true;
+  };
+  socket.onmessage = (e) => { if (typeof e.data === 'string') onEvent(JSON.parse(e.data)); };
+  socket.onclose = (e) => {
+    if (live.socket !== socket) return;
+    live.socket = null;
+    if (live.retry && !live.stopping) { openSocket(); return; }
+    if (!live.stopping) {
+      if (e.code === 1013 || e.code === 1001) status(e.code === 1013 ? 'The server is busy; try again shortly.' : 'The server is shutting down.', true);
+      else if (e.code !== 1000 && !$('listen-status').classList.contains('error')) status('The connection closed (' + e.code + ').', true);
+      stopListening(true);
+    }
+  };
+}
+
+function stopListening(keepStatus) {
+  live.stopping = true;
+  if (live.socket) {
+    try { live.socket.send(JSON.stringify({ end: true })); } catch (e) { /* closed */ }
+    live.socket.close(1000);
+    live.socket = null;
+  }
+  if (live.context) live.context.suspend();
+  const button = $('listen');
+  button.textContent = 'Listen';
+  button.classList.remove('live');
+  if (!keepStatus) status('Stopped.');
+  live.stopping = false;
+}
+
+$('listen').addEventListener('click', () => { if (live.socket) stopListening(); else startListening(); });
+
+loadStats();
+loadTracks(false);
