@@ -1,0 +1,111 @@
+import EarmarkKit
+import Foundation
+import NIOPosix
+
+/// The writing half of the server: every write (add, update, remove) runs here, one at a time, through the same
+/// library calls as `earmark catalog add`, `update` and `remove`.
+///
+/// Writes are serialized, so at most one write connection to the catalog is open at a time: each write opens
+/// the catalog for writing, as the command does, and closes it when it is done (an add through ``Ingestor``, which
+/// commits each track in one transaction and indexes it on close). The read-only connections of
+/// ``CatalogWorkers`` see a write from the next request on, as they see another process's. Blocking calls run on
+/// a thread of their own, never on the event loop or Swift's cooperative threads.
+final class CatalogWriter: Sendable {
+    let catalogPath: String
+    private let lockTimeout: Double
+    private let soundModelPath: String?
+    private let thread: NIOThreadPool
+    /// The end of the queue of writes: each write starts when the one before it has finished.
+    private let tail = LockedValue<Task<Void, Never>?>(nil)
+
+    /// Opens the catalog for writing once, to fail at start (read-only file, other version) rather than at the
+    /// first write.
+    static func open(catalogPath: String, lockTimeout: Double, soundModelPath: String?) throws -> CatalogWriter {
+        let catalog = try Catalog(path: catalogPath, busyTimeout: lockTimeout)
+        try catalog.close()
+        return CatalogWriter(catalogPath: catalogPath, lockTimeout: lockTimeout, soundModelPath: soundModelPath)
+    }
+
+    private init(catalogPath: String, lockTimeout: Double, soundModelPath: String?) {
+        self.catalogPath = catalogPath
+        self.lockTimeout = lockTimeout
+        self.soundModelPath = soundModelPath
+        thread = NIOThreadPool(numberOfThreads: 1)
+        thread.start()
+    }
+
+    /// Runs `job` after every write queued before it. The job runs to its end even when the caller is cancelled
+    /// (a client that leaves does not cut a write in half).
+    private func serially<T: Sendable>(_ job: @escaping @Sendable () async throws -> T) async throws -> T {
+        let task = tail.withLock { tail -> Task<T, any Error> in
+            let previous = tail
+            let task = Task {
+                await previous?.value
+                return try await job()
+            }
+            tail = Task { _ = try? await task.value }
+            return task
+        }
+        return try await task.value
+    }
+
+    /// Runs blocking `body` on the writer's thread with the catalog opened for writing, after the writes before it.
+    private func writing<T: Sendable>(_ body: @escaping @Sendable (Catalog) throws -> T) async throws -> T {
+        try await serially { [thread, catalogPath, lockTimeout] in
+            try await thread.runIfActive {
+                let catalog = try Catalog(path: catalogPath, busyTimeout: lockTimeout)
+                let result = try body(catalog)
+                try catalog.close()
+                return result
+            }
+        }
+    }
+
+    /// Adds the audio file at `file` as `earmark catalog add FILE` does (with `--analyze` when `analyze`), and
+    /// deletes the file. Returns the outcome and, when a track was stored or found, the object
+    /// `catalog info ID --json` prints for it.
+    func add(file: String, description: TrackDescription, analyze: Bool) async throws -> (IngestOutcome, Data?) {
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let model: SoundModel? = analyze ? try loadModel() : nil
+        let ingestor = Ingestor(catalogPath: catalogPath, workers: 1, busyTimeout: lockTimeout, analyze: analyze, soundModel: model)
+        let outcome = try await serially {
+            try await ingestor.add(files: [file], describe: { _ in description })[0]
+        }
+        guard let track = outcome.track else { return (outcome, nil) }
+        let info = try await writing { catalog in
+            try trackInfoJSON(track, analyses: try catalog.analyses(trackID: track.id), prettyPrinted: false)
+        }
+        return (outcome, info)
+    }
+
+    /// The model `--analyze` classifies with: as `catalog add`, a missing default model skips classification.
+    private func loadModel() throws -> SoundModel? {
+        do {
+            return try SoundModel.load(path: soundModelPath)
+        } catch let e as SoundModelError where e.code == .notFound && soundModelPath == nil {
+            return nil
+        }
+    }
+
+    /// `earmark catalog update ID …`: changes the fields given; `metadata` adds or replaces keys, `removingKeys`
+    /// deletes keys. Returns the object `catalog info ID --json` prints for the track.
+    func update(id: Int64, title: String?, artist: String?, album: String?, metadata: [String: JSONValue]?,
+                removingKeys: Set<String>) async throws -> Data {
+        try await writing { catalog in
+            let track = try catalog.update(id: id, title: title, artist: artist, album: album, metadata: metadata, removingKeys: removingKeys)
+            return try trackInfoJSON(track, analyses: try catalog.analyses(trackID: id), prettyPrinted: false)
+        }
+    }
+
+    /// `earmark catalog remove ID`.
+    func remove(id: Int64) async throws {
+        try await writing { try $0.remove(ids: [id]) }
+    }
+
+    /// Waits for the writes queued and stops the writer's thread.
+    func close() async {
+        let last = tail.withLock { $0 }
+        await last?.value
+        try? await thread.shutdownGracefully()
+    }
+}
