@@ -14,6 +14,8 @@ final class CatalogWriter: Sendable {
     let catalogPath: String
     private let lockTimeout: Double
     private let soundModelPath: String?
+    /// The model of `analyze=true`, loaded at the first such add (nil inside: the default model is missing).
+    private let soundModel = LockedValue<SoundModel??>(nil)
     private let thread: NIOThreadPool
     /// The end of the queue of writes: each write starts when the one before it has finished.
     private let tail = LockedValue<Task<Void, Never>?>(nil)
@@ -80,10 +82,16 @@ final class CatalogWriter: Sendable {
 
     /// The model `--analyze` classifies with: as `catalog add`, a missing default model skips classification.
     private func loadModel() throws -> SoundModel? {
-        do {
-            return try SoundModel.load(path: soundModelPath)
-        } catch let e as SoundModelError where e.code == .notFound && soundModelPath == nil {
-            return nil
+        try soundModel.withLock { cached in
+            if let cached { return cached }
+            let loaded: SoundModel?
+            do {
+                loaded = try SoundModel.load(path: soundModelPath)
+            } catch let e as SoundModelError where e.code == .notFound && soundModelPath == nil {
+                loaded = nil
+            }
+            cached = .some(loaded)
+            return loaded
         }
     }
 

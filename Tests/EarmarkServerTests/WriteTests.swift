@@ -101,6 +101,37 @@ import Testing
         try await WriteTests.checkCatalog(scene.catalog)
     }
 
+    /// analyze=true stores what `catalog add --analyze` stores for the same file; without a title, the track is
+    /// titled after `name`.
+    @Test func analyzeStoresWhatCatalogAddAnalyzeStores() async throws {
+        let scene = try await Scene("serve-analyze")
+        let model = try await HTTPTestClient.onDispatchThread { try TestModel.set().model.path }
+        let song = scene.folder.file("song.wav")
+        try scene.clip("pingus-6", start: 30, seconds: 12).write(to: song)
+        let other = scene.folder.path("cli.earcat")
+        let cli = try await HTTPTestClient.onDispatchThread { () -> ProcessOutput in
+            let added = try EarmarkCLI.run(["catalog", "add", "--analyze", "--model", model, "--catalog", other, song.path])
+            guard added.status == 0 else { return added }
+            return try EarmarkCLI.run(["catalog", "info", "1", "--json", "--catalog", other])
+        }
+        #expect(cli.status == 0, "\(cli)")
+        let expected = try #require(try JSONSerialization.jsonObject(with: cli.stdout) as? [String: Any])
+        try await TestServer.with(catalog: scene.catalog, configure: {
+            $0.writeToken = WriteTests.writeToken
+            $0.soundModelPath = model
+        }) { server in
+            let added = try await WriteTests.send(server, "POST", "/v1/tracks?analyze=true&name=song.wav", body: try Data(contentsOf: song),
+                                                  headers: WriteTests.bearer)
+            #expect(added.status == 201, "\(added.text)")
+            #expect(added.object["title"] as? String == "song")
+            let analysis = try #require(added.object["analysis"] as? [String: Any])
+            #expect(analysis["loudness"] != nil && analysis["sound"] != nil, "\(analysis.keys.sorted())")
+            #expect(analysis as NSDictionary == expected["analysis"] as? NSDictionary)
+            #expect(added.object["landmarkCount"] as? Int == expected["landmarkCount"] as? Int)
+            #expect(added.object["contentHash"] as? String == expected["contentHash"] as? String)
+        }
+    }
+
     @Test func writesWithoutTheRightTokenGet401() async throws {
         let scene = try await Scene("serve-tokens")
         let song = try scene.clip("pingus-5")
