@@ -45,11 +45,13 @@ extension API {
     // MARK: POST /v1/tracks
 
     /// `POST /v1/tracks?title&artist&album&metadata&name&analyze`: the body is an audio file, added as
-    /// `earmark catalog add FILE --title … [--analyze]` adds it. 201 with the track as `GET /v1/tracks/{id}` answers it.
+    /// `earmark catalog add FILE --title … [--analyze]` adds it, with `upload:NAME` as its source path.
+    /// 201 with the track as `GET /v1/tracks/{id}` answers it.
     private func addTrack(_ request: Request, context: some RequestContext) async throws -> Response {
         let writer = try requireWriter()
         let query = try QueryParameters(request.uri, allowed: ["title", "artist", "album", "metadata", "name", "analyze"])
-        let name = try query.string("name", maxLength: 255) ?? "upload"
+        let sourceName = try query.string("name", maxLength: 255) ?? ""
+        let name = sourceName.isEmpty ? "upload" : sourceName
         var description = TrackDescription(title: try query.string("title"), artist: try query.string("artist"),
                                            album: try query.string("album"))
         if description.title == nil { description.title = PathName.stem(name) }
@@ -62,7 +64,9 @@ extension API {
         let analyze = try query.bool("analyze", default: false)
         if let type = request.headers[.contentType] {
             let media = type.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
-            guard media.hasPrefix("audio/") || media.hasPrefix("video/") || media == "application/octet-stream" else {
+            // application/x-www-form-urlencoded is what `curl --data-binary` sends unless told otherwise: no type at all.
+            guard media.hasPrefix("audio/") || media.hasPrefix("video/") || media == "application/octet-stream"
+                || media == "application/x-www-form-urlencoded" else {
                 throw APIError(.unsupportedMediaType, "unsupported_media_type",
                                "Content-Type \(media) is not audio; send the file's bytes as audio/* or application/octet-stream")
             }
@@ -95,10 +99,10 @@ extension API {
             throw APIError.from(error, path: received, name: name)
         }
         handedOver = true
-        let (adds, fields) = (adds, description)
+        let (adds, fields, source) = (adds, description, "upload:" + sourceName)
         let (outcome, info) = try await Deadline.run(limit: matchTimeout, "adding the track") {
             defer { adds.leave() }
-            return try await writer.add(file: received, description: fields, analyze: analyze)
+            return try await writer.add(file: received, source: source, description: fields, analyze: analyze)
         }
         switch outcome.status {
         case .added:
@@ -175,7 +179,7 @@ extension API {
         do {
             body = try await request.body.collect(upTo: limit)
         } catch {
-            throw APIError.bodyTooLarge(limit: limit)
+            throw APIError(.contentTooLarge, "body_too_large", "a PATCH body is at most \(limit) bytes")
         }
         let patch: TrackPatch
         do {

@@ -64,20 +64,29 @@ final class CatalogWriter: Sendable {
     }
 
     /// Adds the audio file at `file` as `earmark catalog add FILE` does (with `--analyze` when `analyze`), and
-    /// deletes the file. Returns the outcome and, when a track was stored or found, the object
-    /// `catalog info ID --json` prints for it.
-    func add(file: String, description: TrackDescription, analyze: Bool) async throws -> (IngestOutcome, Data?) {
+    /// deletes the file. The track's source path becomes `source` (`upload:NAME`) rather than the temporary file's.
+    /// Returns the outcome and, when a track was stored or found, the object `catalog info ID --json` prints for it.
+    func add(file: String, source: String, description: TrackDescription, analyze: Bool) async throws -> (IngestOutcome, Data?) {
         defer { try? FileManager.default.removeItem(atPath: file) }
         let model: SoundModel? = analyze ? try loadModel() : nil
         let ingestor = Ingestor(catalogPath: catalogPath, workers: 1, busyTimeout: lockTimeout, analyze: analyze, soundModel: model)
-        let outcome = try await serially {
-            try await ingestor.add(files: [file], describe: { _ in description })[0]
+        // The add and the relink are one job of the queue (two transactions: a stop between them leaves the track
+        // whole, naming the temporary file).
+        return try await serially { [thread, catalogPath, lockTimeout] in
+            var outcome = try await ingestor.add(files: [file], describe: { _ in description })[0]
+            guard let track = outcome.track else { return (outcome, nil) }
+            // A track added (or an earlier upload's track, `moved` to this file because that one is gone) names the upload.
+            let relink = outcome.status == .added || outcome.status == .moved
+            let (stored, info) = try await thread.runIfActive { () -> (Track, Data) in
+                let catalog = try Catalog(path: catalogPath, busyTimeout: lockTimeout)
+                let stored = relink ? try catalog.relink(id: track.id, sourcePath: source, size: nil, modified: nil) : track
+                let info = try trackInfoJSON(stored, analyses: try catalog.analyses(trackID: track.id), prettyPrinted: false)
+                try catalog.close()
+                return (stored, info)
+            }
+            outcome.track = stored
+            return (outcome, info)
         }
-        guard let track = outcome.track else { return (outcome, nil) }
-        let info = try await writing { catalog in
-            try trackInfoJSON(track, analyses: try catalog.analyses(trackID: track.id), prettyPrinted: false)
-        }
-        return (outcome, info)
     }
 
     /// The model `--analyze` classifies with: as `catalog add`, a missing default model skips classification.

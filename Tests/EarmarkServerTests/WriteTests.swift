@@ -61,6 +61,7 @@ import Testing
             #expect(added.object["artist"] as? String == "The Band")
             #expect((added.object["metadata"] as? [String: Any])?["isrc"] as? String == "GBXXX0000001")
             #expect(added.object["analysis"] is [String: Any])
+            #expect(added.object["sourcePath"] as? String == "upload:")
             #expect(try FileManager.default.contentsOfDirectory(atPath: server.server.uploadFolder).isEmpty)
 
             // Readers see it on the next request: by id, in the list, and as a match.
@@ -72,11 +73,13 @@ import Testing
             #expect((first?["track"] as? [String: Any])?["id"] as? Int == id, "\(match.text)")
             #expect(abs((first?["matchOffset"] as? Double ?? -1) - 4) < 0.1)
 
-            // The same audio again: 409, naming the track.
-            let again = try await WriteTests.send(server, "POST", "/v1/tracks", body: song, headers: WriteTests.bearer)
+            // The same audio again (with the type `curl --data-binary` sends by default): 409, naming the track.
+            let again = try await WriteTests.send(server, "POST", "/v1/tracks?name=again.wav", body: song,
+                                                  headers: WriteTests.bearer + [("Content-Type", "application/x-www-form-urlencoded")])
             #expect(again.status == 409, "\(again.text)")
             #expect(again.errorCode == "duplicate_audio")
             #expect(again.headers["location"] == "/v1/tracks/\(id)")
+            #expect(try await server.get("/v1/tracks?q=New").object["total"] as? Int == 1)
 
             // PATCH: fields given change, a metadata key set to null goes, the others stay.
             let patch = WriteTests.json(["title": "Renamed", "metadata": ["isrc": NSNull(), "label": "Indie"]])
@@ -124,6 +127,7 @@ import Testing
                                                   headers: WriteTests.bearer)
             #expect(added.status == 201, "\(added.text)")
             #expect(added.object["title"] as? String == "song")
+            #expect(added.object["sourcePath"] as? String == "upload:song.wav")
             let analysis = try #require(added.object["analysis"] as? [String: Any])
             #expect(analysis["loudness"] != nil && analysis["sound"] != nil, "\(analysis.keys.sorted())")
             #expect(analysis as NSDictionary == expected["analysis"] as? NSDictionary)
