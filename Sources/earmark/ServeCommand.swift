@@ -11,7 +11,9 @@ struct ServeCommand: AsyncParsableCommand {
         Opens the catalog read-only once (one warm connection per core) and answers HTTP requests \
         until SIGTERM or SIGINT (Ctrl-C), then stops accepting connections, lets running requests \
         finish (up to 30 s) and exits 0. Tracks that `earmark catalog add` adds meanwhile are matched \
-        as soon as they are committed. Decoding and matching run on a pool of threads sized to the cores.
+        as soon as they are committed. Decoding and matching run on a pool of threads sized to the cores. \
+        Writes through the API run one at a time, through the same code as `catalog add`, `update` and \
+        `remove`, and are seen by the next request.
 
         Endpoints (docs/openapi.yaml describes each; docs/serve.md has examples):
           GET  /healthz          the process answers

@@ -163,6 +163,23 @@ import Testing
         try await WriteTests.checkCatalog(scene.catalog)
     }
 
+    /// A token file that cannot be read, is empty or holds more than one word stops `earmark serve` at start (exit 2).
+    @Test func badTokenFilesStopTheCommand() async throws {
+        let catalog = try await ReferenceCatalog.shared.value()
+        let folder = try TemporaryDirectory("serve-token-files")
+        try Data(" \n\t\n".utf8).write(to: folder.file("blank"))
+        try Data("two words\n".utf8).write(to: folder.file("spaced"))
+        for (option, file, says) in [("--token-file", folder.path("missing"), "cannot be read"),
+                                     ("--token-file", folder.path("blank"), "empty"),
+                                     ("--read-token-file", folder.path("spaced"), "visible ASCII")] {
+            let run = try await HTTPTestClient.onDispatchThread {
+                try EarmarkCLI.run(["serve", "--catalog", catalog.path, "--port", "0", option, file], timeout: 120)
+            }
+            #expect(run.status == 2, "\(option) \(file): \(run)")
+            #expect(run.stderrText.contains(says), "\(run)")
+        }
+    }
+
     @Test func withoutATokenFileWritesGet403() async throws {
         let catalog = try await ReferenceCatalog.shared.value()
         try await TestServer.with(catalog: catalog.path) { server in
