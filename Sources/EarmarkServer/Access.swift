@@ -26,32 +26,40 @@ struct AccessControl: Sendable {
     /// Throws 403 `writes_disabled` for a write when the server has no write token, and 401 (with
     /// `WWW-Authenticate: Bearer`) when the request's bearer token is missing or not one that the level accepts.
     func check(_ level: Level, _ request: Request) throws {
+        switch verdict(level, authorization: request.headers[.authorization]) {
+        case .allowed:
+            return
+        case .writesDisabled:
+            throw APIError(.forbidden, "writes_disabled", "this server refuses writes: it was started without --token-file")
+        case .missing:
+            throw APIError(.unauthorized, "unauthorized", "this endpoint needs Authorization: Bearer <token>",
+                           headers: [.wwwAuthenticate: "Bearer realm=\"earmark\""])
+        case .invalid:
+            throw APIError(.unauthorized, "invalid_token", "the bearer token is not valid for this endpoint",
+                           headers: [.wwwAuthenticate: "Bearer realm=\"earmark\", error=\"invalid_token\""])
+        }
+    }
+
+    enum Verdict { case allowed, writesDisabled, missing, invalid }
+
+    /// Whether a request at `level` with this `Authorization` header may go on, and if not, why.
+    func verdict(_ level: Level, authorization: String?) -> Verdict {
         let accepted: [[UInt8]]
         switch level {
         case .open:
-            return
+            return .allowed
         case .read:
-            guard let readToken else { return }
+            guard let readToken else { return .allowed }
             accepted = [readToken] + (writeToken.map { [$0] } ?? [])
         case .write:
-            guard let writeToken else {
-                throw APIError(.forbidden, "writes_disabled",
-                               "this server refuses writes: it was started without --token-file")
-            }
+            guard let writeToken else { return .writesDisabled }
             accepted = [writeToken]
         }
-        guard let presented = AccessControl.bearerToken(request.headers[.authorization]) else {
-            throw APIError(.unauthorized, "unauthorized", "this endpoint needs Authorization: Bearer <token>",
-                           headers: [.wwwAuthenticate: "Bearer realm=\"earmark\""])
-        }
+        guard let presented = AccessControl.bearerToken(authorization) else { return .missing }
         // Every accepted token is compared, whichever matches, so the time taken tells nothing either.
         var matched = false
         for token in accepted where AccessControl.constantTimeEqual(presented, token) { matched = true }
-        guard matched else {
-            throw APIError(.unauthorized, "invalid_token",
-                           "the bearer token is not valid for this endpoint",
-                           headers: [.wwwAuthenticate: "Bearer realm=\"earmark\", error=\"invalid_token\""])
-        }
+        return matched ? .allowed : .invalid
     }
 
     /// The token of an `Authorization: Bearer <token>` header (the scheme in any case), or nil.

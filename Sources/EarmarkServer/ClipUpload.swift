@@ -68,7 +68,8 @@ struct CountingBody: AsyncSequence, Sendable {
         var bytes = 0
         var exceeded = false
         var stalled = false
-        var lastPiece = ContinuousClock.now
+        /// When the reader began waiting for the next piece from the network; nil while it writes one to disk.
+        var waitingSince: ContinuousClock.Instant?
     }
 
     init(base: RequestBody, limit: Int) {
@@ -81,13 +82,14 @@ struct CountingBody: AsyncSequence, Sendable {
     /// Whether ``watch(stallTimeout:)`` found the body stalled.
     var stalled: Bool { total.withLock { $0.stalled } }
 
-    /// Returns never; throws once no piece of the body has arrived for `stallTimeout` (or when cancelled).
+    /// Returns never; throws once the reader has waited `stallTimeout` for the next piece of the body (or when
+    /// cancelled). Time spent writing pieces to disk does not count.
     func watch(stallTimeout: Duration) async throws {
         let tick = Swift.min(stallTimeout / 4, .seconds(1))
         while true {
             try await Task.sleep(for: tick)
             let stalled = total.withLock { t in
-                if ContinuousClock.now - t.lastPiece >= stallTimeout { t.stalled = true }
+                if let since = t.waitingSince, ContinuousClock.now - since >= stallTimeout { t.stalled = true }
                 return t.stalled
             }
             if stalled { throw CancellationError() }
@@ -100,10 +102,18 @@ struct CountingBody: AsyncSequence, Sendable {
         let total: LockedValue<Progress>
 
         mutating func next() async throws -> ByteBuffer? {
-            guard let buffer = try await base.next() else { return nil }
+            total.withLock { $0.waitingSince = .now }
+            let piece: ByteBuffer?
+            do {
+                piece = try await base.next()
+            } catch {
+                total.withLock { $0.waitingSince = nil }
+                throw error
+            }
+            total.withLock { $0.waitingSince = nil }
+            guard let buffer = piece else { return nil }
             let over = total.withLock { t in
                 t.bytes += buffer.readableBytes
-                t.lastPiece = .now
                 if t.bytes > limit { t.exceeded = true }
                 return t.exceeded
             }

@@ -50,14 +50,16 @@ public final class EarmarkServer: Sendable {
     public static func open(_ configuration: ServerConfiguration) async throws -> EarmarkServer {
         let workers = try await CatalogWorkers.open(catalogPath: configuration.catalogPath, threads: configuration.workers,
                                                     lockTimeout: configuration.lockTimeout, soundModelPath: configuration.soundModelPath)
+        var writer: CatalogWriter?
         do {
-            let writer = try configuration.writeToken.map { _ in
+            writer = try configuration.writeToken.map { _ in
                 try CatalogWriter.open(catalogPath: configuration.catalogPath, lockTimeout: configuration.lockTimeout,
                                        soundModelPath: configuration.soundModelPath)
             }
             let folder = try ClipUpload.makeFolder(in: configuration.temporaryDirectory)
             return EarmarkServer(configuration: configuration, workers: workers, writer: writer, uploadFolder: folder)
         } catch {
+            await writer?.close()
             await workers.close()
             throw error
         }
@@ -77,9 +79,10 @@ public final class EarmarkServer: Sendable {
         api.register(on: router)
         let host = configuration.host
         let maxBody = configuration.maxBodyBytes
+        let access = api.access
         let app = Application(
             router: router,
-            server: .http1(configuration: .init(additionalChannelHandlers: [ExpectContinueHandler(maxBodyBytes: maxBody)])),
+            server: .http1(configuration: .init(additionalChannelHandlers: [ExpectContinueHandler(maxBodyBytes: maxBody, access: access)])),
             configuration: .init(address: .hostname(host, port: configuration.port), serverName: "earmark"),
             onServerRunning: { channel in await onListening(host, channel.localAddress?.port ?? 0) },
             logger: logger)

@@ -154,6 +154,16 @@ import Testing
                 #expect(reply.errorCode == code, "\(method) \(target) \(headers): \(reply.text)")
                 #expect(reply.headers["www-authenticate"]?.hasPrefix("Bearer") == true)
             }
+            // `Expect: 100-continue`: a client without the token gets its 401 at once, not a `100` that asks for the body.
+            for (headers, first) in [("", 401), ("Authorization: Bearer \(WriteTests.writeToken)\r\n", 100)] {
+                let reply = try await HTTPTestClient.onDispatchThread { () -> HTTPReply in
+                    let s = try Socket(port: server.port)
+                    defer { s.close() }
+                    try s.write(Data("POST /v1/tracks HTTP/1.1\r\nHost: x\r\n\(headers)Expect: 100-continue\r\nContent-Length: 9\r\n\r\n".utf8))
+                    return try s.readReply()
+                }
+                #expect(reply.status == first, "\(headers): \(reply.text)")
+            }
             // Reads stay open without a read token; the scheme's case does not matter.
             #expect(try await server.get("/v1/tracks").status == 200)
             let lower = try await WriteTests.send(server, "DELETE", "/v1/tracks/999", headers: [("Authorization", "bearer \(WriteTests.writeToken)")])
@@ -339,7 +349,7 @@ import Testing
     @Test func stalledUploadsGet408() async throws {
         let scene = try await Scene("serve-stall")
         try await TestServer.with(catalog: scene.catalog, configure: {
-            $0.uploadTimeout = .seconds(1)
+            $0.uploadTimeout = .seconds(2)
             $0.writeToken = WriteTests.writeToken
         }) { server in
             for target in ["/v1/match", "/v1/tracks"] {
@@ -356,20 +366,23 @@ import Testing
                 try await waitUntil { (try? FileManager.default.contentsOfDirectory(atPath: server.server.uploadFolder).isEmpty) == true }
             }
             try await waitUntil { server.server.matchesInProgress == 0 }
-            // A slow but steady upload is not a stall: five pieces 0.4 s apart, 2 s in all.
+        }
+        // A slow but steady upload is not a stall: 14 pieces a second apart, longer in all than the timeout of
+        // 10 s, which bounds each pause only. (Generous: this test process also builds catalogs, whose
+        // fingerprinting can hold Swift's cooperative threads, on which the server reads bodies, for seconds.)
+        try await TestServer.with(catalog: scene.catalog, configure: { $0.uploadTimeout = .seconds(10) }) { server in
             let slow = try await HTTPTestClient.onDispatchThread { () -> HTTPReply in
                 let s = try Socket(port: server.port)
                 defer { s.close() }
-                let pieces = (0..<5).map { Data("not audio, piece \($0)\n".utf8) }
+                let pieces = (0..<14).map { Data("not audio, piece \($0)\n".utf8) }
                 try s.write(Data("POST /v1/match HTTP/1.1\r\nHost: x\r\nContent-Length: \(pieces.reduce(0) { $0 + $1.count })\r\n\r\n".utf8))
                 for piece in pieces {
+                    Thread.sleep(forTimeInterval: 1)
                     try s.write(piece)
-                    Thread.sleep(forTimeInterval: 0.4)
                 }
                 return try s.readReply()
             }
             #expect(slow.status == 415, "\(slow.text)")
-            // Still serving.
             let fine = try await server.post("/v1/match", body: try scene.clip("pingus-3", start: 20, seconds: 6))
             #expect(fine.status == 200, "\(fine.text)")
             #expect(try await server.get("/v1/catalog").object["trackCount"] as? Int == 2)
