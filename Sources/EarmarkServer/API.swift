@@ -10,6 +10,15 @@ struct API: Sendable {
     /// Admission of matches (receiving, waiting or running) and of catalog reads; over either, 503.
     let matches: Gate
     let reads: Gate
+    /// Admission of `POST /v1/tracks` (receiving, waiting or adding); over it, 503.
+    let adds: Gate
+    /// Who may call what (`--token-file`, `--read-token-file`).
+    let access: AccessControl
+    /// The one writer of the catalog; nil without a write token.
+    let writer: CatalogWriter?
+    let metrics: ServerMetrics
+    /// Longest time a match or an addition may take once its upload is received (`--match-timeout`).
+    let matchTimeout: Duration
     /// Set when a graceful shutdown begins: `/readyz` answers 503 from then on.
     let draining = LockedValue(false)
 
@@ -21,16 +30,25 @@ struct API: Sendable {
         (.get, "/v1/tracks"),
         (.get, "/v1/tracks/{id}"),
         (.get, "/v1/catalog"),
-    ]
+    ] + API.writeRoutes
 
     /// The methods served at `path` (empty when no route has that path), for a 405's `Allow`.
     static func methods(at path: String) -> [HTTPRequest.Method] {
+        allRoutes.filter { matches($0.path, path) }.map(\.method)
+    }
+
+    /// The route pattern that `path` is served by (`/v1/tracks/{id}` for `/v1/tracks/3`), or nil; a literal
+    /// route wins over a pattern (`/v1/catalog/export`).
+    static func route(of path: String) -> String? {
+        let candidates = allRoutes.map(\.path).filter { matches($0, path) }
+        return candidates.first { $0 == path } ?? candidates.first
+    }
+
+    private static func matches(_ route: String, _ path: String) -> Bool {
         let segments = path.split(separator: "/", omittingEmptySubsequences: false)
-        return allRoutes.filter { route in
-            let pattern = route.path.split(separator: "/", omittingEmptySubsequences: false)
-            return pattern.count == segments.count
-                && zip(pattern, segments).allSatisfy { p, s in p == s || (p.hasPrefix("{") && p.hasSuffix("}") && !s.isEmpty) }
-        }.map(\.method)
+        let pattern = route.split(separator: "/", omittingEmptySubsequences: false)
+        return pattern.count == segments.count
+            && zip(pattern, segments).allSatisfy { p, s in p == s || (p.hasPrefix("{") && p.hasSuffix("}") && !s.isEmpty) }
     }
 
     func register<Context: RequestContext>(on router: Router<Context>) {
@@ -42,6 +60,7 @@ struct API: Sendable {
     }
 
     private func respond(method: HTTPRequest.Method, path: String, request: Request, context: some RequestContext) async throws -> Response {
+        try access.check(AccessControl.level(method: method, path: path), request)
         switch (method, path) {
         case (.get, "/healthz"):
             _ = try QueryParameters(request.uri, allowed: [])
@@ -60,6 +79,7 @@ struct API: Sendable {
             _ = try QueryParameters(request.uri, allowed: [])
             return try JSONBody.response(try await reading { try $0.stats() })
         default:
+            if let response = try await respondWrites(method: method, path: path, request: request, context: context) { return response }
             throw APIError(.notFound, "not_found", "no such endpoint; see docs/openapi.yaml")
         }
     }
@@ -75,17 +95,23 @@ struct API: Sendable {
         guard matches.tryEnter() else {
             throw APIError.unavailable("busy", "\(matches.capacity) matches are running or waiting (--max-concurrent); try again shortly")
         }
-        defer { matches.leave() }
+        // The place is held until the match ends, even when its answer was a 504 before that.
+        var handedOver = false
+        defer { if !handedOver { matches.leave() } }
         let file = try await upload.receive(request, context: context)
-        let report = try await workers.match(file: file, name: name, contentType: request.headers[.contentType],
-                                             maxMatches: maxMatches, classify: classify)
+        handedOver = true
+        let (workers, matches, contentType) = (workers, matches, request.headers[.contentType])
+        let report = try await Deadline.run(limit: matchTimeout, "the match") {
+            defer { matches.leave() }
+            return try await workers.match(file: file, name: name, contentType: contentType, maxMatches: maxMatches, classify: classify)
+        }
         return try JSONBody.response(report)
     }
 
     // MARK: Catalog
 
     /// Runs a catalog read on the workers, within the read admission limit.
-    private func reading<T: Sendable>(_ body: @escaping @Sendable (Catalog) throws -> T) async throws -> T {
+    func reading<T: Sendable>(_ body: @escaping @Sendable (Catalog) throws -> T) async throws -> T {
         guard reads.tryEnter() else {
             throw APIError.unavailable("busy", "\(reads.capacity) catalog reads are running or waiting; try again shortly")
         }
@@ -137,10 +163,7 @@ struct API: Sendable {
     /// `GET /v1/tracks/{id}`: the object `earmark catalog info ID --json` prints.
     private func track(_ request: Request, context: some RequestContext) async throws -> Response {
         _ = try QueryParameters(request.uri, allowed: [])
-        let text = context.parameters.get("id") ?? ""
-        guard let id = Int64(text), id > 0 else {
-            throw APIError.invalidParameter("id", "\"\(text.prefix(40))\" is not a track id (a positive integer)")
-        }
+        let id = try API.trackID(context)
         let data = try await reading { catalog -> Data? in
             guard let track = try catalog.track(id: id) else { return nil }
             return try trackInfoJSON(track, analyses: try catalog.analyses(trackID: id), prettyPrinted: false)

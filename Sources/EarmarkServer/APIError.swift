@@ -123,7 +123,8 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
                                         headers: [.allow: allowed.map(\.rawValue).joined(separator: ", ")])
                 }
             }
-            if apiError.status.code >= 500, apiError.status != .serviceUnavailable {
+            // 503 (busy, shutting down) and 504 (--match-timeout) are limits working, not faults.
+            if apiError.status.code >= 500, apiError.status != .serviceUnavailable, apiError.status != .gatewayTimeout {
                 context.logger.error("\(request.method) \(request.uri.path): \(apiError)")
             }
             return try apiError.response(from: request, context: context)

@@ -2,11 +2,14 @@ import EarmarkKit
 import Foundation
 import Hummingbird
 
-/// Receives a request body into a file, never holding it whole in memory, and refuses one over the limit.
+/// Receives a request body into a file, never holding it whole in memory, and refuses one over the limit or
+/// one that stalls.
 struct ClipUpload {
     /// The private folder uploads are written to.
     let folder: String
     let limit: Int
+    /// Longest pause between two pieces of the body (`--upload-timeout`).
+    var stallTimeout: Duration = .seconds(30)
     let fileIO = FileIO()
 
     /// Makes a private folder (mode 0700) inside `parent`.
@@ -16,18 +19,32 @@ struct ClipUpload {
         return path
     }
 
-    /// Streams the body of `request` into a new file of the folder and returns its path and size.
-    /// - Throws: ``APIError`` 413 when the body (or its announced length) is over the limit, 400 when it is empty.
+    /// Streams the body of `request` into a new file of the folder and returns its path.
+    /// - Throws: ``APIError`` 413 when the body (or its announced length) is over the limit, 400 when it is empty,
+    ///   408 when no byte of it arrived for ``stallTimeout`` (the partial file is deleted in every case).
     func receive(_ request: Request, context: some RequestContext) async throws -> String {
         if let announced = request.headers[.contentLength].flatMap({ Int($0) }), announced > limit {
             throw APIError.bodyTooLarge(limit: limit)
         }
         let path = folder + "/" + UUID().uuidString
         let counted = CountingBody(base: request.body, limit: limit)
+        let (fileIO, stallTimeout) = (fileIO, stallTimeout)
         do {
-            try await fileIO.writeFile(contents: counted, path: path, context: context)
+            // The body is written by one task while another watches the time since its last piece; a stall ends
+            // the write (the body's sequence ends when its reader is cancelled).
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await fileIO.writeFile(contents: counted, path: path, context: context) }
+                group.addTask { try await counted.watch(stallTimeout: stallTimeout) }
+                try await group.next()
+                group.cancelAll()
+            }
         } catch {
             try? FileManager.default.removeItem(atPath: path)
+            if counted.stalled {
+                throw APIError(.requestTimeout, "upload_timeout",
+                               "no part of the body arrived for \(stallTimeout) (--upload-timeout); the upload was dropped",
+                               headers: [.connection: "close"])
+            }
             // The file system may wrap the error the body threw: ask the counter.
             if counted.exceeded { throw APIError.bodyTooLarge(limit: limit) }
             throw APIError(.badRequest, "upload_failed", "the body could not be received: \(error)")
@@ -45,7 +62,15 @@ struct CountingBody: AsyncSequence, Sendable {
     typealias Element = ByteBuffer
     let base: RequestBody
     let limit: Int
-    private let total = LockedValue((bytes: 0, exceeded: false))
+    private let total = LockedValue(Progress())
+
+    struct Progress {
+        var bytes = 0
+        var exceeded = false
+        var stalled = false
+        /// When the reader began waiting for the next piece from the network; nil while it writes one to disk.
+        var waitingSince: ContinuousClock.Instant?
+    }
 
     init(base: RequestBody, limit: Int) {
         self.base = base
@@ -54,14 +79,39 @@ struct CountingBody: AsyncSequence, Sendable {
 
     var received: Int { total.withLock { $0.bytes } }
     var exceeded: Bool { total.withLock { $0.exceeded } }
+    /// Whether ``watch(stallTimeout:)`` found the body stalled.
+    var stalled: Bool { total.withLock { $0.stalled } }
+
+    /// Returns never; throws once the reader has waited `stallTimeout` for the next piece of the body (or when
+    /// cancelled). Time spent writing pieces to disk does not count.
+    func watch(stallTimeout: Duration) async throws {
+        let tick = Swift.min(stallTimeout / 4, .seconds(1))
+        while true {
+            try await Task.sleep(for: tick)
+            let stalled = total.withLock { t in
+                if let since = t.waitingSince, ContinuousClock.now - since >= stallTimeout { t.stalled = true }
+                return t.stalled
+            }
+            if stalled { throw CancellationError() }
+        }
+    }
 
     struct AsyncIterator: AsyncIteratorProtocol {
         var base: RequestBody.AsyncIterator
         let limit: Int
-        let total: LockedValue<(bytes: Int, exceeded: Bool)>
+        let total: LockedValue<Progress>
 
         mutating func next() async throws -> ByteBuffer? {
-            guard let buffer = try await base.next() else { return nil }
+            total.withLock { $0.waitingSince = .now }
+            let piece: ByteBuffer?
+            do {
+                piece = try await base.next()
+            } catch {
+                total.withLock { $0.waitingSince = nil }
+                throw error
+            }
+            total.withLock { $0.waitingSince = nil }
+            guard let buffer = piece else { return nil }
             let over = total.withLock { t in
                 t.bytes += buffer.readableBytes
                 if t.bytes > limit { t.exceeded = true }

@@ -18,7 +18,9 @@ public final class EarmarkServer: Sendable {
     /// Every route served, as `METHOD /path` with path parameters in braces (`GET /v1/tracks/{id}`).
     public let routes: [String]
     private let workers: CatalogWorkers
-    private let uploadFolder: String
+    private let writer: CatalogWriter?
+    /// The private folder uploads and exports are written to while they are received or sent.
+    let uploadFolder: String
     private let api: API
     private let listen: ListenEndpoint
     private let state = LockedValue(State())
@@ -28,27 +30,38 @@ public final class EarmarkServer: Sendable {
         var stopRequested = false
     }
 
-    private init(configuration: ServerConfiguration, workers: CatalogWorkers, uploadFolder: String) {
+    private init(configuration: ServerConfiguration, workers: CatalogWorkers, writer: CatalogWriter?, uploadFolder: String) {
         self.configuration = configuration
         self.workers = workers
+        self.writer = writer
         self.uploadFolder = uploadFolder
         api = API(workers: workers,
-                  upload: ClipUpload(folder: uploadFolder, limit: configuration.maxBodyBytes),
+                  upload: ClipUpload(folder: uploadFolder, limit: configuration.maxBodyBytes, stallTimeout: configuration.uploadTimeout),
                   matches: Gate(capacity: configuration.maxConcurrentMatches),
-                  reads: Gate(capacity: configuration.maxConcurrentReads))
+                  reads: Gate(capacity: configuration.maxConcurrentReads),
+                  adds: Gate(capacity: configuration.maxConcurrentMatches),
+                  access: AccessControl(writeToken: configuration.writeToken, readToken: configuration.readToken),
+                  writer: writer, metrics: ServerMetrics(), matchTimeout: configuration.matchTimeout)
         listen = ListenEndpoint(workers: workers, configuration: configuration)
         routes = API.allRoutes.map { "\($0.method) \($0.path)" }
     }
 
-    /// Opens the catalog (read-only, once per worker thread, with its index loaded) and the upload folder.
+    /// Opens the catalog (read-only, once per worker thread, with its index loaded; with a write token, also
+    /// once for writing, to check that it can be written) and the upload folder.
     /// - Throws: ``CatalogError`` when the catalog cannot be opened; nothing listens yet.
     public static func open(_ configuration: ServerConfiguration) async throws -> EarmarkServer {
         let workers = try await CatalogWorkers.open(catalogPath: configuration.catalogPath, threads: configuration.workers,
                                                     lockTimeout: configuration.lockTimeout, soundModelPath: configuration.soundModelPath)
+        var writer: CatalogWriter?
         do {
+            writer = try configuration.writeToken.map { _ in
+                try CatalogWriter.open(catalogPath: configuration.catalogPath, lockTimeout: configuration.lockTimeout,
+                                       soundModelPath: configuration.soundModelPath)
+            }
             let folder = try ClipUpload.makeFolder(in: configuration.temporaryDirectory)
-            return EarmarkServer(configuration: configuration, workers: workers, uploadFolder: folder)
+            return EarmarkServer(configuration: configuration, workers: workers, writer: writer, uploadFolder: folder)
         } catch {
+            await writer?.close()
             await workers.close()
             throw error
         }
@@ -63,15 +76,17 @@ public final class EarmarkServer: Sendable {
         var logger = Logger(label: "earmark.serve")
         logger.logLevel = .notice
         let router = Router()
+        router.add(middleware: MetricsMiddleware(metrics: api.metrics))
         router.add(middleware: ErrorMiddleware())
         api.register(on: router)
         listen.register(on: router)
         Page.load().register(on: router)
         let host = configuration.host
         let maxBody = configuration.maxBodyBytes
+        let access = api.access
         let app = Application(
             router: router,
-            server: listen.serverBuilder(http1: .init(additionalChannelHandlers: [ExpectContinueHandler(maxBodyBytes: maxBody)])),
+            server: listen.serverBuilder(http1: .init(additionalChannelHandlers: [ExpectContinueHandler(maxBodyBytes: maxBody, access: access)])),
             configuration: .init(address: .hostname(host, port: configuration.port), serverName: "earmark"),
             onServerRunning: { channel in await onListening(host, channel.localAddress?.port ?? 0) },
             logger: logger)
@@ -92,9 +107,11 @@ public final class EarmarkServer: Sendable {
         do {
             try await group.run()
         } catch {
+            await writer?.close()
             await workers.close()
             throw error
         }
+        await writer?.close()
         await workers.close()
     }
 

@@ -26,6 +26,18 @@ public struct ServerConfiguration: Sendable {
     public var soundModelPath: String?
     /// Folder in which a private folder for uploaded clips is made. Default: the system's temporary folder.
     public var temporaryDirectory = FileManager.default.temporaryDirectory.path
+    /// The bearer token that writes (`POST`, `PATCH`, `DELETE /v1/tracks`) need in `Authorization: Bearer …`;
+    /// nil: every write is refused with 403 `writes_disabled`. With a token, the catalog must be writable.
+    public var writeToken: String?
+    /// The bearer token that reads (every endpoint but `/healthz` and `/readyz`) need as well; nil: reads are open.
+    /// The write token is accepted for reads too.
+    public var readToken: String?
+    /// Longest pause between two pieces of an upload's body; a longer one is answered with 408 and the
+    /// partial upload is deleted. Default 30 s.
+    public var uploadTimeout: Duration = .seconds(30)
+    /// Longest time a match or a track's addition may take once its upload is received; longer is answered with
+    /// 504 `timeout` (the work itself cannot be interrupted and finishes in the background). Default 60 s.
+    public var matchTimeout: Duration = .seconds(60)
     /// Longest wait, after a shutdown signal, for the requests that are running before they are cancelled.
     public var shutdownGracePeriod: Duration = .seconds(30)
 

@@ -6,12 +6,14 @@ import Foundation
 struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "serve",
-        abstract: "Serve the catalog over HTTP: match clips, browse tracks (JSON API under /v1).",
+        abstract: "Serve the catalog over HTTP: match clips, browse, add, change and remove tracks (JSON API under /v1).",
         discussion: """
         Opens the catalog read-only once (one warm connection per core) and answers HTTP requests \
         until SIGTERM or SIGINT (Ctrl-C), then stops accepting connections, lets running requests \
         finish (up to 30 s) and exits 0. Tracks that `earmark catalog add` adds meanwhile are matched \
-        as soon as they are committed. Decoding and matching run on a pool of threads sized to the cores.
+        as soon as they are committed. Decoding and matching run on a pool of threads sized to the cores. \
+        Writes through the API run one at a time, through the same code as `catalog add`, `update` and \
+        `remove`, and are seen by the next request.
 
         Endpoints (docs/openapi.yaml describes each; docs/serve.md has examples):
           GET  /healthz          the process answers
@@ -24,22 +26,40 @@ struct ServeCommand: AsyncParsableCommand {
                                  album)
           GET  /v1/tracks/{id}   what `catalog info ID --json` prints
           GET  /v1/catalog       what `catalog stats --json` prints
+          POST /v1/tracks        body: an audio file; ?title=&artist=&album=,
+                                 metadata={json}, name=, analyze=true; as
+                                 `catalog add`; 201 with the track
+          PATCH /v1/tracks/{id}  JSON {title, artist, album, metadata}; as
+                                 `catalog update` (a metadata key set to null
+                                 is deleted)
+          DELETE /v1/tracks/{id} as `catalog remove`; 204
+          GET  /v1/catalog/export  the file `catalog export` writes
+          GET  /metrics          Prometheus text format
           GET  /v1/listen        WebSocket: PCM in (first a JSON start message),
                                  the events `listen --json` prints out
           GET  /                 a page: identify a file, listen from the
                                  microphone, search the catalog
 
+        Writes (POST, PATCH, DELETE) need `Authorization: Bearer TOKEN` with the token in --token-file; \
+        without --token-file the server refuses them (403) and says so at start. With \
+        --read-token-file every other endpoint but /healthz and /readyz needs that token (or the \
+        write token). A missing or wrong token gets 401. Tokens are compared in constant time.
+
         Errors are JSON, {"error": {"code": "...", "message": "..."}}: 4xx for bad input (400 empty \
-        body or bad parameter, 404 unknown id, 413 body over --max-body-mb, 415 not audio, 422 \
-        unreadable, too short or silent clip); 503 with Retry-After when --max-concurrent matches \
-        are already running or waiting, or --max-streams WebSocket streams are open.
+        body or bad parameter, 401 no or wrong token, 403 writes disabled, 404 unknown id, 408 upload \
+        stalled for --upload-timeout, 409 same audio as a stored track, 413 body over --max-body-mb, \
+        415 not audio, 422 unreadable, too short or silent clip); 503 with Retry-After when \
+        --max-concurrent matches are already running or waiting, or --max-streams WebSocket streams \
+        are open; 504 when a match or an addition takes \
+        longer than --match-timeout.
 
         On start it prints `listening on http://HOST:PORT` on standard error (with --json, one JSON \
-        object {url, host, port, catalog, workers, maxConcurrent, maxBodyBytes} on standard output). \
-        It listens on loopback unless --host says otherwise; there is no authentication yet, so do not \
-        expose it beyond machines you trust.
+        object {url, host, port, catalog, workers, maxConcurrent, maxBodyBytes, writes} on standard \
+        output). It listens on loopback unless --host says otherwise; use a token file (and HTTPS in a \
+        reverse proxy) before exposing it beyond machines you trust.
 
-        Exit codes: 0 stopped by a signal; 2 the catalog cannot be opened or the port cannot be bound.
+        Exit codes: 0 stopped by a signal; 2 the catalog cannot be opened (for writing, with \
+        --token-file), a token file cannot be read or is empty, or the port cannot be bound.
         """
     )
 
@@ -64,8 +84,26 @@ struct ServeCommand: AsyncParsableCommand {
         "GET /v1/listen WebSocket streams at once; more get 503 with Retry-After.", valueName: "n"))
     var maxStreams = 64
 
-    @Option(help: ArgumentHelp("Sound model for classify=true (default: see `earmark classify --help`).", valueName: "path"))
+    @Option(help: ArgumentHelp("Sound model for classify=true and analyze=true (default: see `earmark classify --help`).", valueName: "path"))
     var model: String?
+
+    @Option(name: .customLong("token-file"), help: ArgumentHelp(
+        "File holding the bearer token that writes need (surrounding white space ignored); without it, writes get 403.",
+        valueName: "file"))
+    var tokenFile: String?
+
+    @Option(name: .customLong("read-token-file"), help: ArgumentHelp(
+        "File holding a bearer token that reads need too (the write token also serves); without it, reads are open.",
+        valueName: "file"))
+    var readTokenFile: String?
+
+    @Option(name: .customLong("upload-timeout"), help: ArgumentHelp(
+        "Seconds an upload may pause between two pieces of its body before it gets 408.", valueName: "seconds"))
+    var uploadTimeout: Double = 30
+
+    @Option(name: .customLong("match-timeout"), help: ArgumentHelp(
+        "Seconds a match or an addition may take once its upload is received before it gets 504.", valueName: "seconds"))
+    var matchTimeout: Double = 60
 
     func validate() throws {
         guard (0...65_535).contains(port) else { throw ValidationError("--port must be from 0 to 65535.") }
@@ -73,6 +111,24 @@ struct ServeCommand: AsyncParsableCommand {
         if let maxConcurrent, maxConcurrent < 1 { throw ValidationError("--max-concurrent must be at least 1.") }
         guard maxStreams >= 1 else { throw ValidationError("--max-streams must be at least 1.") }
         guard !host.isEmpty else { throw ValidationError("--host must not be empty.") }
+        guard uploadTimeout > 0, uploadTimeout <= 86_400 else { throw ValidationError("--upload-timeout must be from 0 to 86400 seconds.") }
+        guard matchTimeout > 0, matchTimeout <= 86_400 else { throw ValidationError("--match-timeout must be from 0 to 86400 seconds.") }
+    }
+
+    /// The token in `path`, white space around it removed.
+    static func token(from path: String, option: String) throws -> String {
+        let text: String
+        do {
+            text = try String(contentsOfFile: (path as NSString).expandingTildeInPath, encoding: .utf8)
+        } catch {
+            throw CLIError("\(option) \(path): cannot be read (\(error.localizedDescription))")
+        }
+        let token = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !token.isEmpty else { throw CLIError("\(option) \(path): the file is empty; put the token in it") }
+        guard token.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }) else {
+            throw CLIError("\(option) \(path): a token is one line of visible ASCII characters, without spaces")
+        }
+        return token
     }
 
     mutating func run() async throws {
@@ -84,15 +140,24 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.maxConcurrentStreams = maxStreams
         configuration.lockTimeout = options.lockTimeout
         configuration.soundModelPath = model
+        configuration.uploadTimeout = .milliseconds(Int64((uploadTimeout * 1000).rounded()))
+        configuration.matchTimeout = .milliseconds(Int64((matchTimeout * 1000).rounded()))
         let json = options.json
+        let (tokenFile, readTokenFile) = (tokenFile, readTokenFile)
         try await reportingErrors {
+            configuration.writeToken = try tokenFile.map { try ServeCommand.token(from: $0, option: "--token-file") }
+            configuration.readToken = try readTokenFile.map { try ServeCommand.token(from: $0, option: "--read-token-file") }
+            if configuration.writeToken == nil {
+                writeStderr("earmark serve: writes are disabled (no --token-file): POST /v1/tracks, PATCH and DELETE /v1/tracks/{id} answer 403\n")
+            }
             let server = try await EarmarkServer.open(configuration)
             try await server.run { host, port in
                 let c = server.configuration
                 let url = "http://\(host.contains(":") ? "[\(host)]" : host):\(port)"
                 if json {
                     try? printJSON(Listening(url: url, host: host, port: port, catalog: c.catalogPath, workers: c.workers,
-                                             maxConcurrent: c.maxConcurrentMatches, maxBodyBytes: c.maxBodyBytes))
+                                             maxConcurrent: c.maxConcurrentMatches, maxBodyBytes: c.maxBodyBytes,
+                                             writes: c.writeToken != nil))
                     fflush(nil)
                 } else {
                     writeStderr("earmark serve: listening on \(url) (catalog \(c.catalogPath); \(c.workers) workers, "
@@ -111,5 +176,7 @@ struct ServeCommand: AsyncParsableCommand {
         var workers: Int
         var maxConcurrent: Int
         var maxBodyBytes: Int
+        /// Whether writes are served (a write token was given).
+        var writes: Bool
     }
 }

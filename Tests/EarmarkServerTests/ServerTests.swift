@@ -191,7 +191,7 @@ import Testing
                 ("GET", "/v1/tracks/999999", 404, "no_such_track"),
                 ("GET", "/v1/catalog?x=1", 400, "unknown_parameter"),
                 ("GET", "/v2/nothing", 404, "not_found"),
-                ("DELETE", "/v1/tracks/1", 405, "method_not_allowed"),
+                ("PUT", "/v1/tracks/1", 405, "method_not_allowed"),
                 ("GET", "/v1/match", 405, "method_not_allowed"),
                 ("GET", "/v1/tracks/1/more", 404, "not_found"),
             ]
