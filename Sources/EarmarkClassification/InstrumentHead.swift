@@ -1,4 +1,5 @@
 import COpenBLAS
+import EarmarkAudio
 import Foundation
 
 /// A multi-label head on the sound model's embeddings: one logistic output per instrument family, with
@@ -148,23 +149,7 @@ public struct InstrumentHead: Sendable, Equatable {
     public static func defaultPathCandidates() -> [String] {
         let env = ProcessInfo.processInfo.environment
         if let explicit = env["EARMARK_INSTRUMENT_HEAD"], !explicit.isEmpty { return [explicit] }
-        var dirs: [URL] = []
-        var dir = URL(fileURLWithPath: CommandLine.arguments.first ?? ".").resolvingSymlinksInPath().deletingLastPathComponent()
-        for _ in 0..<4 {
-            dirs.append(dir)
-            dir = dir.deletingLastPathComponent()
-        }
-        dirs.append(Bundle.main.bundleURL)
-        if let r = Bundle.main.resourceURL { dirs.append(r) }
-        var out: [String] = []
-        for d in dirs {
-            for sub in ["Earmark_EarmarkClassification.resources", "Earmark_EarmarkClassification.bundle",
-                        "Earmark_EarmarkClassification.bundle/Contents/Resources"] {
-                let p = d.appendingPathComponent(sub).appendingPathComponent(fileName).path
-                if !out.contains(p) { out.append(p) }
-            }
-        }
-        return out
+        return ResourceBundle.candidates(target: "EarmarkClassification", item: fileName)
     }
 
     /// The shipped head, or why there is none (loaded once).

@@ -32,22 +32,7 @@ struct Page: Sendable {
     /// one of its parent folders (a test runner inside an .xctest bundle).
     static func candidateFolders() -> [String] {
         if let dir = ProcessInfo.processInfo.environment["EARMARK_PAGE_DIR"], !dir.isEmpty { return [dir] }
-        var dirs: [URL] = []
-        var dir = URL(fileURLWithPath: CommandLine.arguments.first ?? ".").resolvingSymlinksInPath().deletingLastPathComponent()
-        for _ in 0..<4 {
-            dirs.append(dir)
-            dir = dir.deletingLastPathComponent()
-        }
-        dirs.append(Bundle.main.bundleURL)
-        if let r = Bundle.main.resourceURL { dirs.append(r) }
-        var out: [String] = []
-        for d in dirs {
-            for sub in ["Earmark_EarmarkServer.resources", "Earmark_EarmarkServer.bundle", "Earmark_EarmarkServer.bundle/Contents/Resources"] {
-                let p = d.appendingPathComponent(sub).appendingPathComponent("Page").path
-                if !out.contains(p) { out.append(p) }
-            }
-        }
-        return out
+        return ResourceBundle.candidates(target: "EarmarkServer", item: "Page")
     }
 
     static let mediaTypes = [
