@@ -23,6 +23,12 @@ public struct MatchOptions: Sendable, Equatable {
     /// … among tracks with at least this many aligned hashes in a cell (and the search's minimum, before
     /// verification). Default 3; 2 for triplet keys (``defaults(for:)``).
     public var candidateHits = 3
+    /// Tracks a search may screen (tracks with a cell of ``candidateHits`` aligned hashes) before its
+    /// significance pays for more: a search that screens N of them is charged log₁₀(N / this) decades more.
+    /// The best of N chance fits grows with log N, and the thresholds were calibrated on the 6.5-h catalog
+    /// (103 tracks), so a catalog of that size pays nothing; without the charge, 14 of the 300 negative clips
+    /// matched a track of the 10,000-h scale catalog (149,061 tracks) at 7.1–9.2 decades. Default 128.
+    public var screenedTracksAllowed = 128
     /// A match needs at least this many verified peaks. Default 5.
     public var minimumVerifiedPeaks: Int
     /// Skews tried (in this order) when nothing matches as is; empty disables the search.
@@ -457,6 +463,7 @@ public final class Matcher {
             i = j
         }
         perTrack.sort { $0.hits > $1.hits }
+        let screening = max(1, Double(perTrack.count) / Double(max(1, options.screenedTracksAllowed)))
         let considered = Array(perTrack.prefix(options.candidates).filter { $0.hits >= candidateFloor })
         let tracks = try catalog.tracks(ids: considered.map(\.track))
         let strongQuery = strongPeaks(signature, skew: nil)
@@ -488,7 +495,7 @@ public final class Matcher {
             // Repetitive music (loops, repeated choruses): offsets verified almost as well as the best.
             let alternatives = tried.filter { $0.offset != t.offset && v.evidence > 0 && $0.evidence >= 0.9 * v.evidence }
                 .map { Double($0.offset) * fd }
-            let tests = Double(max(1, considered.count) * tried.count * trials)
+            let tests = Double(max(1, considered.count) * tried.count * trials) * screening
             let verification = v.evidence - log10(tests)
             let r = Matcher.reverseVerify(reference: try referencePeaks(t.track), query: queryIndex, offset: t.offset,
                                           minBin: configuration.minBin, bandCount: configuration.maxBin - configuration.minBin)
@@ -497,7 +504,7 @@ public final class Matcher {
             let significance = max(verification + (t.hits >= options.supportingHits ? options.hashBonus : 0), reverse,
                                    Matcher.coverageEvidence(hits[t.range], offset: t.offset, trackDuration: track.duration,
                                                             queryDuration: signature.duration, frameDuration: fd,
-                                                            tests: considered.count * trials))
+                                                            tests: Int((Double(max(1, considered.count) * trials) * screening).rounded())))
             let runnerUp = rank == 0 ? (considered.count > 1 ? considered[1].hits : 0) : considered[0].hits
             // Outvoted: another track aligns more hashes than the chosen place and is not (or not yet) a match.
             let outvoted = considered.contains { c in
