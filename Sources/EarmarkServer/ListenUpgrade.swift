@@ -16,25 +16,26 @@ extension ListenEndpoint {
                 // ListenAdmission lets only admissible upgrades of /v1/listen through.
                 .upgrade([:]) { inbound, outbound, _ in await self.serve(inbound, outbound, logger: logger) }
             }
-            return ListenUpgradeChannel(base: upgrade, streams: self.streams)
+            return ListenUpgradeChannel(base: upgrade, streams: self.streams, access: self.access)
         }
     }
 }
 
 /// Hummingbird's HTTP/1.1 + WebSocket channel with ``ListenAdmission`` in front of its upgrade handler.
 ///
-/// A refused WebSocket upgrade would get an empty 400 from the upgrade handler. To answer 503 with
-/// `Retry-After` and a JSON body instead, an upgrade that cannot be admitted is turned into a plain request
+/// A refused WebSocket upgrade would get an empty 400 from the upgrade handler. To answer 401 (no valid read
+/// token) or 503 with `Retry-After`, with a JSON body, an upgrade that cannot be admitted is turned into a plain request
 /// before the upgrade handler sees it, and the router's `/v1/listen` route answers it.
 struct ListenUpgradeChannel: ServerChildChannel {
     typealias Value = HTTP1WebSocketUpgradeChannel.Value
     let base: HTTP1WebSocketUpgradeChannel
     let streams: ListenStreams
+    let access: AccessControl
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         base.setup(channel: channel, logger: logger).flatMapThrowing { value in
             let decoder = try channel.pipeline.syncOperations.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
-            try channel.pipeline.syncOperations.addHandler(ListenAdmission(streams: streams), position: .after(decoder))
+            try channel.pipeline.syncOperations.addHandler(ListenAdmission(streams: streams, access: access), position: .after(decoder))
             return value
         }
     }
@@ -45,15 +46,19 @@ struct ListenUpgradeChannel: ServerChildChannel {
 }
 
 /// Looks at a connection's first request: a WebSocket upgrade of anything but `/v1/listen`, or of `/v1/listen`
-/// when no stream can be admitted, loses its `Upgrade` header and goes on as a plain HTTP request. Then it
+/// without a valid read token (with `--read-token-file`) or when no stream can be admitted, loses its `Upgrade` header and goes on as a plain HTTP request. Then it
 /// leaves the pipeline (the upgrade handler only upgrades a connection's first request).
 final class ListenAdmission: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias InboundOut = HTTPServerRequestPart
 
     private let streams: ListenStreams
+    private let access: AccessControl
 
-    init(streams: ListenStreams) { self.streams = streams }
+    init(streams: ListenStreams, access: AccessControl) {
+        self.streams = streams
+        self.access = access
+    }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard case .head(var head) = unwrapInboundIn(data) else {
@@ -61,8 +66,9 @@ final class ListenAdmission: ChannelInboundHandler, RemovableChannelHandler {
             return
         }
         if head.headers.contains(name: "upgrade") {
-            let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? head.uri
-            if path != ListenEndpoint.path || !streams.admits {
+            let uri = URI(head.uri)
+            if uri.path != ListenEndpoint.path || !ListenEndpoint.allowed(access, authorization: head.headers.first(name: "authorization"), uri: uri)
+                || !streams.admits {
                 head.headers.remove(name: "upgrade")
                 head.headers.replaceOrAdd(name: "connection", value: "close")
             }
