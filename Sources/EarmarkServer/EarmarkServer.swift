@@ -42,7 +42,7 @@ public final class EarmarkServer: Sendable {
                   matches: Gate(capacity: configuration.maxConcurrentMatches),
                   reads: Gate(capacity: configuration.maxConcurrentReads),
                   adds: Gate(capacity: configuration.maxConcurrentMatches),
-                  access: access,
+                  access: access, streams: listen.streams,
                   writer: writer, metrics: ServerMetrics(), matchTimeout: configuration.matchTimeout)
         routes = API.allRoutes.map { "\($0.method) \($0.path)" }
     }

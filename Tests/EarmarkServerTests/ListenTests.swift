@@ -163,6 +163,28 @@ import Testing
         }
     }
 
+    /// `/metrics` counts the streams running (`earmark_listen_streams`).
+    @Test func metricsCountStreams() async throws {
+        let catalog = try await ReferenceCatalog.shared.value()
+        try await TestServer.with(catalog: catalog.path) { server in
+            // The gauge's value, as the text format writes it ("2.0").
+            func streams() async throws -> Double? {
+                try await server.get("/metrics").text.split(separator: "\n")
+                    .first { $0.hasPrefix("earmark_listen_streams ") }.flatMap { Double($0.split(separator: " ")[1]) }
+            }
+            #expect(try await streams() == 0)
+            let first = try await Self.upgrade(port: server.port)
+            let second = try await Self.upgrade(port: server.port)
+            try await waitUntil { server.server.streamsInProgress == 2 }
+            #expect(try await server.get("/metrics").text.contains("# TYPE earmark_listen_streams gauge"))
+            #expect(try await streams() == 2)
+            first.socket.close()
+            second.socket.close()
+            try await waitUntil { server.server.streamsInProgress == 0 }
+            #expect(try await streams() == 0)
+        }
+    }
+
     /// A server shutting down ends each stream with `end` (reason interrupted) and closes it with 1001.
     @Test func shutdownSendsEnd() async throws {
         let catalog = try await ReferenceCatalog.shared.value()
