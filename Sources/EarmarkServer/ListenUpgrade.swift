@@ -48,9 +48,14 @@ struct ListenUpgradeChannel: ServerChildChannel {
 /// Looks at a connection's first request: a WebSocket upgrade of anything but `/v1/listen`, or of `/v1/listen`
 /// without a valid read token (with `--read-token-file`) or when no stream can be admitted, loses its `Upgrade` header and goes on as a plain HTTP request. Then it
 /// leaves the pipeline (the upgrade handler only upgrades a connection's first request).
+///
+/// It also answers a first request that cannot be parsed (a request line or headers over the decoder's limit, or
+/// not HTTP): the upgrade handler behind it would wait for a head that never comes, and the connection would hang.
 final class ListenAdmission: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias InboundOut = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+    private var refused = false
 
     private let streams: ListenStreams
     private let access: AccessControl
@@ -75,5 +80,30 @@ final class ListenAdmission: ChannelInboundHandler, RemovableChannelHandler {
         }
         context.fireChannelRead(wrapInboundOut(.head(head)))
         context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        guard let parserError = error as? HTTPParserError else {
+            context.fireErrorCaught(error)
+            return
+        }
+        guard !refused else { return }
+        refused = true
+        let tooLarge = parserError == .headerOverflow
+        let status: HTTPResponseStatus = tooLarge ? .requestHeaderFieldsTooLarge : .badRequest
+        let body = ByteBuffer(string: tooLarge
+            ? #"{"error":{"code":"headers_too_large","message":"the request line and headers are longer than the server takes"}}"#
+            : #"{"error":{"code":"bad_request","message":"not a valid HTTP/1.1 request"}}"#)
+        let headers = HTTPHeaders([("content-type", "application/json; charset=utf-8"),
+                                   ("content-length", String(body.readableBytes)), ("connection", "close")])
+        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))), promise: nil)
+        context.write(wrapOutboundOut(.body(.byteBuffer(body))), promise: nil)
+        // Close the sending side only, so that the client, still sending its request, reads the answer rather than a
+        // reset; what it still sends is dropped, and the connection is closed when it closes, or after 5 s.
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in
+            channel.close(mode: .output, promise: nil)
+            channel.eventLoop.scheduleTask(in: .seconds(5)) { channel.close(promise: nil) }
+        }
     }
 }
