@@ -56,11 +56,13 @@ grep -q "listening on" "$tmp/serve.log" || { echo "serve-fuzz: the server did no
 
 echo "== schemathesis $version, $seconds s, seed $seed, against http://127.0.0.1:$port (pid $server)" >&2
 status=0
-"$venv/bin/schemathesis" run docs/openapi.yaml --url "http://127.0.0.1:$port" \
+# From the scratch folder, where schemathesis keeps its cache (.schemathesis/).
+spec=$(pwd)/docs/openapi.yaml
+(cd "$tmp" && "$venv/bin/schemathesis" run "$spec" --url "http://127.0.0.1:$port" \
     --header "Authorization: Bearer $(cat "$tmp/write.token")" \
     --checks not_a_server_error --max-time "$seconds" --seed "$seed" --workers 2 --phases "$phases" \
     --request-timeout 60 --suppress-health-check all --no-color \
-    --report ndjson --report-ndjson-path "$tmp/events.ndjson" || status=$?
+    --report ndjson --report-ndjson-path "$tmp/events.ndjson") || status=$?
 
 alive=yes
 kill -0 "$server" 2>/dev/null || alive=no
