@@ -247,6 +247,7 @@ extension API {
     private func metricsText(_ request: Request) async throws -> Response {
         _ = try QueryParameters(request.uri, allowed: [])
         metrics.matchesInProgress.set(Int64(matches.count))
+        metrics.listenStreams.set(Int64(streams.count))
         metrics.catalogTracks.set(Int64(try await reading { try $0.stats().trackCount }))
         return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
                         body: .init(byteBuffer: ByteBuffer(string: metrics.text())))

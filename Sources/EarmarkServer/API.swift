@@ -14,6 +14,8 @@ struct API: Sendable {
     let adds: Gate
     /// Who may call what (`--token-file`, `--read-token-file`).
     let access: AccessControl
+    /// The `GET /v1/listen` streams, counted by `/metrics`.
+    let streams: ListenStreams
     /// The one writer of the catalog; nil without a write token.
     let writer: CatalogWriter?
     let metrics: ServerMetrics

@@ -114,10 +114,11 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             return try await next(request, context)
         } catch {
             var apiError = APIError.from(error)
-            // The router finds no route for a known path with another method: that is a 405.
+            // The router finds no route for a known path with another method: that is a 405. A route that was
+            // found and answered not_found itself (an unknown page file) stays a 404.
             if apiError.code == "not_found" {
                 let allowed = API.methods(at: request.uri.path)
-                if !allowed.isEmpty {
+                if !allowed.isEmpty, !allowed.contains(request.method) {
                     apiError = APIError(.methodNotAllowed, "method_not_allowed",
                                         "\(request.method) is not served here; \(allowed.map(\.rawValue).joined(separator: ", ")) is",
                                         headers: [.allow: allowed.map(\.rawValue).joined(separator: ", ")])

@@ -25,8 +25,11 @@ struct AccessControl: Sendable {
 
     /// Throws 403 `writes_disabled` for a write when the server has no write token, and 401 (with
     /// `WWW-Authenticate: Bearer`) when the request's bearer token is missing or not one that the level accepts.
-    func check(_ level: Level, _ request: Request) throws {
-        switch verdict(level, authorization: request.headers[.authorization]) {
+    /// With `acceptingQueryToken` (only `GET /v1/listen`: a browser cannot set headers on a WebSocket), the
+    /// query parameter `access_token` serves when there is no `Authorization` header.
+    func check(_ level: Level, _ request: Request, acceptingQueryToken: Bool = false) throws {
+        let queryToken = acceptingQueryToken ? request.uri.queryParameters["access_token"].map(String.init) : nil
+        switch verdict(level, authorization: request.headers[.authorization], queryToken: queryToken) {
         case .allowed:
             return
         case .writesDisabled:
@@ -42,8 +45,9 @@ struct AccessControl: Sendable {
 
     enum Verdict { case allowed, writesDisabled, missing, invalid }
 
-    /// Whether a request at `level` with this `Authorization` header may go on, and if not, why.
-    func verdict(_ level: Level, authorization: String?) -> Verdict {
+    /// Whether a request at `level` with this `Authorization` header (or, without one, this `access_token`
+    /// query parameter) may go on, and if not, why.
+    func verdict(_ level: Level, authorization: String?, queryToken: String? = nil) -> Verdict {
         let accepted: [[UInt8]]
         switch level {
         case .open:
@@ -55,7 +59,8 @@ struct AccessControl: Sendable {
             guard let writeToken else { return .writesDisabled }
             accepted = [writeToken]
         }
-        guard let presented = AccessControl.bearerToken(authorization) else { return .missing }
+        let fromQuery = authorization == nil ? queryToken.flatMap { $0.isEmpty ? nil : Array($0.utf8) } : nil
+        guard let presented = AccessControl.bearerToken(authorization) ?? fromQuery else { return .missing }
         // Every accepted token is compared, whichever matches, so the time taken tells nothing either.
         var matched = false
         for token in accepted where AccessControl.constantTimeEqual(presented, token) { matched = true }

@@ -35,14 +35,15 @@ public final class EarmarkServer: Sendable {
         self.workers = workers
         self.writer = writer
         self.uploadFolder = uploadFolder
+        let access = AccessControl(writeToken: configuration.writeToken, readToken: configuration.readToken)
+        listen = ListenEndpoint(workers: workers, configuration: configuration, access: access)
         api = API(workers: workers,
                   upload: ClipUpload(folder: uploadFolder, limit: configuration.maxBodyBytes, stallTimeout: configuration.uploadTimeout),
                   matches: Gate(capacity: configuration.maxConcurrentMatches),
                   reads: Gate(capacity: configuration.maxConcurrentReads),
                   adds: Gate(capacity: configuration.maxConcurrentMatches),
-                  access: AccessControl(writeToken: configuration.writeToken, readToken: configuration.readToken),
+                  access: access, streams: listen.streams,
                   writer: writer, metrics: ServerMetrics(), matchTimeout: configuration.matchTimeout)
-        listen = ListenEndpoint(workers: workers, configuration: configuration)
         routes = API.allRoutes.map { "\($0.method) \($0.path)" }
     }
 

@@ -1,6 +1,7 @@
 import EarmarkKit
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import HummingbirdWebSocket
 import Logging
 import NIOCore
@@ -22,19 +23,31 @@ final class ListenEndpoint: Sendable {
 
     let workers: CatalogWorkers
     let streams: ListenStreams
+    /// With `--read-token-file`, a stream needs the read (or write) token, as a bearer header or `access_token`.
+    let access: AccessControl
     let lockTimeout: Double
 
-    init(workers: CatalogWorkers, configuration: ServerConfiguration) {
+    init(workers: CatalogWorkers, configuration: ServerConfiguration, access: AccessControl) {
         self.workers = workers
+        self.access = access
         streams = ListenStreams(capacity: configuration.maxConcurrentStreams)
         lockTimeout = configuration.lockTimeout
     }
 
-    /// The route a request to `/v1/listen` takes when it is not upgraded: 503 when it was refused (all streams
-    /// taken, or shutting down), 426 when it asked for no WebSocket at all.
+    /// Whether a request for a stream carries a token that `access` accepts for reads: `Authorization: Bearer`,
+    /// or without that header the query parameter `access_token` (a browser cannot set a WebSocket's headers).
+    static func allowed(_ access: AccessControl, authorization: String?, uri: URI) -> Bool {
+        access.verdict(.read, authorization: authorization,
+                       queryToken: uri.queryParameters["access_token"].map(String.init)) == .allowed
+    }
+
+    /// The route a request to `/v1/listen` takes when it is not upgraded: 401 without a valid read token (with
+    /// `--read-token-file`), 503 when it was refused (all streams taken, or shutting down), 426 when it asked for
+    /// no WebSocket at all.
     func register<Context: RequestContext>(on router: Router<Context>) {
-        router.get(RouterPath(Self.path)) { [streams] request, _ -> Response in
-            _ = try QueryParameters(request.uri, allowed: [])
+        router.get(RouterPath(Self.path)) { [streams, access] request, _ -> Response in
+            try access.check(.read, request, acceptingQueryToken: true)
+            _ = try QueryParameters(request.uri, allowed: ["access_token"])
             if streams.draining { throw APIError.unavailable("shutting_down", "the server is shutting down") }
             if !streams.admits {
                 throw APIError.unavailable("busy", "\(streams.capacity) streams are running (--max-streams); try again shortly")

@@ -9,6 +9,8 @@ final class ServerMetrics: Sendable {
     let matchesInProgress: Gauge
     /// Tracks in the catalog; set when scraped.
     let catalogTracks: Gauge
+    /// `GET /v1/listen` streams running now; set when scraped.
+    let listenStreams: Gauge
 
     /// Latency buckets, in seconds: 5 ms to 60 s.
     static let buckets: [Duration] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60].map {
@@ -31,6 +33,9 @@ final class ServerMetrics: Sendable {
             helpText: "Matches admitted now: receiving their clip, waiting for a worker or running."))
         catalogTracks = registry.makeGauge(descriptor: MetricNameDescriptor(
             namespace: "earmark", subsystem: "catalog", metricName: "tracks", unitName: "", helpText: "Tracks in the catalog."))
+        listenStreams = registry.makeGauge(descriptor: MetricNameDescriptor(
+            namespace: "earmark", subsystem: "listen", metricName: "streams", unitName: "",
+            helpText: "GET /v1/listen WebSocket streams running now."))
     }
 
     /// Counts one answered request under its route (`/v1/tracks/{id}`; `other` for paths not served).

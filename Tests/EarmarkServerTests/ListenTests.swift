@@ -120,6 +120,71 @@ import Testing
         }
     }
 
+    /// With a read token, a stream needs it: without one, or with a wrong one, the upgrade is refused with 401 and a
+    /// JSON error; the token as `access_token` (what the page sends) or as a bearer header is let through, and a
+    /// stream with it is matched.
+    @Test func aReadTokenGuardsStreams() async throws {
+        let catalog = try await ReferenceCatalog.shared.value()
+        try await TestServer.with(catalog: catalog.path, configure: {
+            $0.readToken = WriteTests.readToken
+            $0.writeToken = WriteTests.writeToken
+        }) { server in
+            for (target, headers, code) in [
+                ("/v1/listen", [], "unauthorized"),
+                ("/v1/listen?access_token=nope", [], "invalid_token"),
+                ("/v1/listen?access_token=", [], "unauthorized"),
+                ("/v1/listen", ["Authorization: Bearer nope"], "invalid_token"),
+                // A header, when there is one, decides.
+                ("/v1/listen?access_token=\(WriteTests.readToken)", ["Authorization: Bearer nope"], "invalid_token"),
+            ] {
+                let refused = try await Self.upgrade(port: server.port, target: target, headers: headers)
+                refused.socket.close()
+                #expect(refused.reply.status == 401, "\(target) \(headers): \(refused.reply.text)")
+                #expect(refused.reply.errorCode == code, "\(target) \(headers): \(refused.reply.text)")
+                #expect(refused.reply.headers["www-authenticate"]?.hasPrefix("Bearer") == true)
+            }
+            for (target, headers) in [("/v1/listen?access_token=\(WriteTests.readToken)", []),
+                                      ("/v1/listen?access_token=\(WriteTests.writeToken)", []),
+                                      ("/v1/listen", ["Authorization: Bearer \(WriteTests.readToken)"])] {
+                let admitted = try await Self.upgrade(port: server.port, target: target, headers: headers)
+                admitted.socket.close()
+                #expect(admitted.reply.status == 101, "\(target) \(headers): \(admitted.reply.text)")
+            }
+            try await waitUntil { server.server.streamsInProgress == 0 }
+            // Without an upgrade, the token still comes first: 401, then 426.
+            #expect(try await server.get("/v1/listen").status == 401)
+            #expect(try await server.get("/v1/listen?access_token=\(WriteTests.readToken)").status == 426)
+            let pcm = try Self.pcm(try catalog.audio.reference("pingus-4"), start: 40, seconds: 12, rate: 16_000)
+            let result = try await Self.stream(port: server.port, query: "?access_token=\(WriteTests.readToken)",
+                                               start: #"{"format":"s16le","sampleRate":16000,"channels":1}"#,
+                                               pcm: pcm, bytesPerSecond: 32_000, pace: 4, end: true)
+            let match = try #require(result.events.first { $0["event"] as? String == "match" }, "\(result)")
+            #expect((match["track"] as? [String: Any])?["id"] as? Int == Int(catalog.ids["pingus-4"] ?? -1), "\(match)")
+        }
+    }
+
+    /// `/metrics` counts the streams running (`earmark_listen_streams`).
+    @Test func metricsCountStreams() async throws {
+        let catalog = try await ReferenceCatalog.shared.value()
+        try await TestServer.with(catalog: catalog.path) { server in
+            // The gauge's value, as the text format writes it ("2.0").
+            func streams() async throws -> Double? {
+                try await server.get("/metrics").text.split(separator: "\n")
+                    .first { $0.hasPrefix("earmark_listen_streams ") }.flatMap { Double($0.split(separator: " ")[1]) }
+            }
+            #expect(try await streams() == 0)
+            let first = try await Self.upgrade(port: server.port)
+            let second = try await Self.upgrade(port: server.port)
+            try await waitUntil { server.server.streamsInProgress == 2 }
+            #expect(try await server.get("/metrics").text.contains("# TYPE earmark_listen_streams gauge"))
+            #expect(try await streams() == 2)
+            first.socket.close()
+            second.socket.close()
+            try await waitUntil { server.server.streamsInProgress == 0 }
+            #expect(try await streams() == 0)
+        }
+    }
+
     /// A server shutting down ends each stream with `end` (reason interrupted) and closes it with 1001.
     @Test func shutdownSendsEnd() async throws {
         let catalog = try await ReferenceCatalog.shared.value()
@@ -149,11 +214,12 @@ import Testing
 
     /// Connects, sends `start` (when given) and `pcm` in 0.1-s binary messages at `pace` times real time (0: at
     /// once), then `{"end": true}` with `end`, and collects every text message until the server closes.
-    static func stream(port: Int, start: String?, pcm: Data, bytesPerSecond: Int, pace: Double, end: Bool) async throws -> StreamResult {
+    static func stream(port: Int, query: String = "", start: String?, pcm: Data, bytesPerSecond: Int, pace: Double,
+                       end: Bool) async throws -> StreamResult {
         let lines = LockedValue<[String]>([])
         var logger = Logger(label: "listen-test")
         logger.logLevel = .warning
-        let close = try await WebSocketClient.connect(url: "ws://127.0.0.1:\(port)/v1/listen",
+        let close = try await WebSocketClient.connect(url: "ws://127.0.0.1:\(port)/v1/listen\(query)",
                                                       configuration: .init(maxFrameSize: 1 << 20), logger: logger) { inbound, outbound, _ in
             let sender = Task {
                 if let start { try await outbound.write(.text(start)) }
@@ -175,11 +241,12 @@ import Testing
         return StreamResult(lines: lines.withLock { $0 }, closeCode: close?.closeCode)
     }
 
-    /// A raw upgrade request to /v1/listen; the socket stays open (the caller closes it).
-    static func upgrade(port: Int) async throws -> (socket: Socket, reply: HTTPReply) {
+    /// A raw upgrade request to `target` (with more header lines); the socket stays open (the caller closes it).
+    static func upgrade(port: Int, target: String = "/v1/listen", headers: [String] = []) async throws -> (socket: Socket, reply: HTTPReply) {
         try await HTTPTestClient.onDispatchThread {
             let socket = try Socket(port: port)
-            try socket.write(Data(("GET /v1/listen HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            try socket.write(Data(("GET \(target) HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                                   + headers.map { $0 + "\r\n" }.joined()
                                    + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").utf8))
             return (socket, try socket.readReply())
         }

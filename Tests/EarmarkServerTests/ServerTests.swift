@@ -202,6 +202,21 @@ import Testing
             }
             let wrongMethod = try await HTTPTestClient.send(port: server.port, "PUT", "/v1/match")
             #expect(wrongMethod.headers["allow"] == "POST")
+            // A request line over the decoder's limit gets 431 and its JSON error, not a connection left hanging
+            // (found by tools/serve-fuzz.sh), and the server goes on.
+            let long = try await HTTPTestClient.onDispatchThread {
+                let socket = try Socket(port: server.port)
+                defer { socket.close() }
+                try socket.write(Data(("GET /v1/tracks?q=" + String(repeating: "a", count: 200_000) + " HTTP/1.1\r\nHost: x\r\n\r\n").utf8))
+                return try socket.readReply()
+            }
+            #expect(long.status == 431, "\(long.text)")
+            #expect(long.errorCode == "headers_too_large", "\(long.text)")
+            #expect(try await server.get("/healthz").status == 200)
+            // A page file that does not exist is a 404, not a 405 for GET (found by tools/serve-fuzz.sh).
+            let noFile = try await HTTPTestClient.send(port: server.port, "GET", "/assets/nothing.js")
+            #expect(noFile.status == 404, "\(noFile.text)")
+            #expect(["not_found", "page_not_installed"].contains(noFile.errorCode), "\(noFile.text)")
         }
     }
 

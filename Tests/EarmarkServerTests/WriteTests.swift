@@ -336,6 +336,7 @@ import Testing
                 #"earmark_http_requests_total{method="GET",route="other",status="404"} 1"#,
                 #"earmark_http_request_duration_seconds_count{method="GET",route="/healthz"} 1"#,
                 "earmark_matches_in_progress 0",
+                "earmark_listen_streams 0",
                 "earmark_catalog_tracks \(catalog.ids.count)",
             ] {
                 #expect(text.contains(line), "no \(line) in:\n\(text)")

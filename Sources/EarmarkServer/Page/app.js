@@ -22,6 +22,20 @@ function trackBy(track) {
   return [track.artist, track.album].filter(Boolean).join(' — ') || (track.sourcePath || '').split('/').pop();
 }
 
+// MARK: Access token (a server started with --read-token-file needs one; kept for this tab only)
+
+const tokenKey = 'earmark.token';
+function token() { return sessionStorage.getItem(tokenKey) || ''; }
+
+// fetch with the token, when one was given, as a bearer header.
+function api(url, init) {
+  const options = Object.assign({}, init || {});
+  const headers = Object.assign({}, options.headers || {});
+  if (token()) headers['Authorization'] = 'Bearer ' + token();
+  options.headers = headers;
+  return fetch(url, options);
+}
+
 async function errorText(response) {
   try {
     const body = await response.json();
@@ -36,7 +50,7 @@ const catalog = { query: '', offset: 0, next: null, current: null };
 
 async function loadStats() {
   try {
-    const r = await fetch('/v1/catalog');
+    const r = await api('/v1/catalog');
     if (!r.ok) throw new Error(await errorText(r));
     const s = await r.json();
     const hours = s.totalDuration / 3600;
@@ -52,7 +66,7 @@ async function loadTracks(append) {
   const offset = append ? catalog.next : 0;
   const params = new URLSearchParams({ limit: '25', offset: String(offset) });
   if (q) params.set('q', q);
-  const r = await fetch('/v1/tracks?' + params);
+  const r = await api('/v1/tracks?' + params);
   if (q !== catalog.query) return;  // a newer search started meanwhile
   const body = $('tracks');
   if (!append) body.replaceChildren();
@@ -99,7 +113,7 @@ async function identify(file) {
   const out = $('file-result');
   out.replaceChildren(el('div', { className: 'busy', textContent: 'Identifying ' + file.name + '…' }));
   try {
-    const r = await fetch('/v1/match?maxMatches=3&name=' + encodeURIComponent(file.name), {
+    const r = await api('/v1/match?maxMatches=3&name=' + encodeURIComponent(file.name), {
       method: 'POST', body: file, headers: { 'Content-Type': file.type || 'application/octet-stream' },
     });
     if (!r.ok) throw new Error(await errorText(r));
@@ -236,7 +250,9 @@ async function startListening() {
 }
 
 function openSocket() {
-  const url = (location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/v1/listen';
+  // A browser cannot set a WebSocket's headers: the token goes as access_token.
+  const url = (location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/v1/listen' +
+    (token() ? '?access_token=' + encodeURIComponent(token()) : '');
   const socket = new WebSocket(url);
   socket.binaryType = 'arraybuffer';
   live.socket = socket;
@@ -253,6 +269,7 @@ function openSocket() {
     if (live.retry && !live.stopping) { openSocket(); return; }
     if (!live.stopping) {
       if (e.code === 1013 || e.code === 1001) status(e.code === 1013 ? 'The server is busy; try again shortly.' : 'The server is shutting down.', true);
+      else if (!live.started) status('The server refused the stream: busy, or it needs an access token (top right).', true);
       else if (e.code !== 1000 && !$('listen-status').classList.contains('error')) status('The connection closed (' + e.code + ').', true);
       stopListening(true);
     }
@@ -275,6 +292,14 @@ function stopListening(keepStatus) {
 }
 
 $('listen').addEventListener('click', () => { if (live.socket) stopListening(); else startListening(); });
+
+$('token').value = token();
+$('token').addEventListener('change', () => {
+  const value = $('token').value.trim();
+  if (value) sessionStorage.setItem(tokenKey, value); else sessionStorage.removeItem(tokenKey);
+  loadStats();
+  loadTracks(false);
+});
 
 loadStats();
 loadTracks(false);
