@@ -48,7 +48,7 @@ final class IndexSegment {
     /// (the kernel's fault-around, whatever `MADV_RANDOM` says), so a lookup that reads 400 bytes of a bucket
     /// adds 64 KB to the process's resident memory, and the windows touched, not the bytes read, are what it holds.
     private(set) var residentBytes = 0
-    /// One bit per 64-KB window of the mapping: touched since the last release.
+    /// One bit per 64-KB window of the mapping: touched (so mapped) by a lookup.
     private var windows: [UInt64]
     static let windowShift = 16
 
@@ -262,9 +262,7 @@ final class IndexSegment {
         let bucket = Int(m >> UInt32(keyBits - bucketBits))
         let entry = IndexSegment.headerBytes + bucket * 8
         let (lo, hi): (Int, Int)
-        if residentBytes + (2 << IndexSegment.windowShift) <= residentLimit || (isMapped(entry) && isMapped(entry + 15)) {
-            touch(entry)
-            touch(entry + 15)
+        if mapped(entry, entry + 15, residentLimit: residentLimit) {
             (lo, hi) = try bucketRange(bucket)
         } else {
             var words: (UInt64, UInt64) = (0, 0)
@@ -274,8 +272,7 @@ final class IndexSegment {
         guard hi > lo else { return }
         // The bit reader's last word can reach 7 bytes past the bucket.
         let last = min(hi + 7, size - 1)
-        if residentBytes + (2 << IndexSegment.windowShift) <= residentLimit || (isMapped(lo) && isMapped(last)) {
-            for w in (lo >> IndexSegment.windowShift)...(last >> IndexSegment.windowShift) { touch(w << IndexSegment.windowShift) }
+        if mapped(lo, last, residentLimit: residentLimit) {
             try scan(UnsafeRawPointer(base), lo: lo, hi: hi, mixed: m, limit: limit, body)
             return
         }
@@ -296,6 +293,15 @@ final class IndexSegment {
                                          code: n == 0 ? .damaged : .ioError)
             }
         }
+    }
+
+    /// Whether bytes `first...last` may be read through the mapping: their windows are mapped already, or there
+    /// is room under `residentLimit` for two more; then they are counted as resident.
+    @inline(__always)
+    private func mapped(_ first: Int, _ last: Int, residentLimit: Int) -> Bool {
+        guard residentBytes + (2 << IndexSegment.windowShift) <= residentLimit || (isMapped(first) && isMapped(last)) else { return false }
+        for w in (first >> IndexSegment.windowShift)...(last >> IndexSegment.windowShift) { touch(w << IndexSegment.windowShift) }
+        return true
     }
 
     /// Whether the window of byte `offset` of the mapping is counted as resident.

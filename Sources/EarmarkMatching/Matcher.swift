@@ -225,7 +225,6 @@ public final class Matcher {
         try signature.validateForMatching(configuration: configuration)
         // Stored peaks do not depend on the skew, so one decode per track serves every trial.
         peakCache.removeAll(keepingCapacity: true)
-        postingMemo = PostingMemo()
         defer { postingMemo = PostingMemo() }
         var plain = try matchOnce(signature, trials: 1)
         let strong = options.decisiveSignificance ?? options.minimumSignificance + 5
@@ -367,7 +366,6 @@ public final class Matcher {
         return Signature(configurationVersion: signature.configurationVersion, duration: signature.duration * skew.time, peaks: peaks)
     }
 
-    /// One search of `signature` (`skewed`: a skew trial's unskewed copy of the clip).
     /// Postings by hash, kept for one query: neighbouring skews re-hash most landmarks to the same keys (a
     /// dt of 20 frames stays 20 under a 1 % change), so the grid of extra searches asks for the same hash again
     /// and again, and each was a full lookup in every segment.
@@ -412,6 +410,7 @@ public final class Matcher {
         }
     }
 
+    /// One search of `signature` (`skewed`: a skew trial's unskewed copy of the clip).
     private func matchOnce(_ signature: Signature, trials: Int, minimumHits: Int? = nil,
                            role: LandmarkRole = .query, skewed: Bool = false) throws -> MatchResult {
         let common = skewed || role == .deepQuery ? options.commonHashes : nil
