@@ -45,6 +45,8 @@ public final class Catalog {
     /// Pending rows (tracks added but not yet in a segment) held in memory for lookups, sorted by key,
     /// as of the SQLite data version `version`.
     private var pendingOverlay: (postings: [Posting], version: Int64, tracks: Int)?
+    /// ``trackCount()``'s answer and the data version it was counted at.
+    private var countedTracks: (count: Int, version: Int64)?
 
     /// The catalog used when no `--catalog` is given: `$EARMARK_CATALOG`, else
     /// `$XDG_DATA_HOME/earmark/catalog.earcat`, else `~/.local/share/earmark/catalog.earcat`.
@@ -390,6 +392,7 @@ public final class Catalog {
         }
         if case .added(let t) = result {
             pendingOverlay = nil
+            countedTracks = nil
             unflushed += t.landmarkCount + 1
             if unflushed >= flushPostings { try flushIndex() }
         }
@@ -535,6 +538,7 @@ public final class Catalog {
             }
         }
         pendingOverlay = nil
+        countedTracks = nil
         // Once the tracks are gone from the file, postings left in a segment name tracks that do not exist, which the
         // matcher drops when it fetches its candidates; the removed list keeps them out of the candidates at all
         // (a stop before it is written loses nothing, and the next merge drops those postings either way).
@@ -923,6 +927,15 @@ public final class Catalog {
     }
 
     // MARK: Stats and export
+
+    /// The number of tracks, counted again only when the catalog changed (the matcher asks on every query).
+    public func trackCount() throws -> Int {
+        let version = try dataVersion()
+        if let c = countedTracks, c.version == version { return c.count }
+        let n = try scalarInt("SELECT count(*) FROM tracks")
+        countedTracks = (n, version)
+        return n
+    }
 
     /// Totals of the catalog.
     public func stats() throws -> CatalogStats {

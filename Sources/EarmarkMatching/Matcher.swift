@@ -23,12 +23,14 @@ public struct MatchOptions: Sendable, Equatable {
     /// … among tracks with at least this many aligned hashes in a cell (and the search's minimum, before
     /// verification). Default 3; 2 for triplet keys (``defaults(for:)``).
     public var candidateHits = 3
-    /// Tracks a search may screen (tracks with a cell of ``candidateHits`` aligned hashes) before its
-    /// significance pays for more: a search that screens N of them is charged log₁₀(N / this) decades more.
-    /// The best of N chance fits grows with log N, and the thresholds were calibrated on the 6.5-h catalog
-    /// (103 tracks), so a catalog of that size pays nothing; without the charge, 14 of the 300 negative clips
-    /// matched a track of the 10,000-h scale catalog (149,061 tracks) at 7.1–9.2 decades. Default 128.
-    public var screenedTracksAllowed = 128
+    /// Tracks a catalog may hold before the significance pays for more: in a catalog of N tracks every
+    /// search is charged log₁₀(N / this) decades more. Each track is one more chance for a coincidence, the
+    /// best of N chance fits grows with log N, and the thresholds were calibrated on the 6.5-h catalog (103
+    /// tracks), so a catalog of that size pays nothing. Without a charge, 14 of the 300 negative clips matched
+    /// a track of the 10,000-h scale catalog (149,061 tracks) at 7.1–9.2 decades; charged for the tracks a
+    /// search screened (those with a candidate cell) rather than the catalog's, 6 still did; charged for the
+    /// catalog's, 1 (at 8.4 decades). Default 128.
+    public var catalogTracksAllowed = 128
     /// A match needs at least this many verified peaks. Default 5.
     public var minimumVerifiedPeaks: Int
     /// Skews tried (in this order) when nothing matches as is; empty disables the search.
@@ -413,6 +415,7 @@ public final class Matcher {
     /// One search of `signature` (`skewed`: a skew trial's unskewed copy of the clip).
     private func matchOnce(_ signature: Signature, trials: Int, minimumHits: Int? = nil,
                            role: LandmarkRole = .query, skewed: Bool = false) throws -> MatchResult {
+        let catalogTracks = try catalog.trackCount()
         let common = skewed || role == .deepQuery ? options.commonHashes : nil
         let landmarks = skewed
             ? Landmarks.extract(from: signature, rankLimit: options.skewRankLimit, fanout: options.skewFanout, configuration: configuration)
@@ -462,7 +465,7 @@ public final class Matcher {
             i = j
         }
         perTrack.sort { $0.hits > $1.hits }
-        let screening = max(1, Double(perTrack.count) / Double(max(1, options.screenedTracksAllowed)))
+        let screening = max(1, Double(catalogTracks) / Double(max(1, options.catalogTracksAllowed)))
         let considered = Array(perTrack.prefix(options.candidates).filter { $0.hits >= candidateFloor })
         let tracks = try catalog.tracks(ids: considered.map(\.track))
         let strongQuery = strongPeaks(signature, skew: nil)

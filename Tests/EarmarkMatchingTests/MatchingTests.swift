@@ -193,23 +193,23 @@ struct NegativeMatchingTests {
         }
     }
 
-    @Test("a search that screens more tracks than screenedTracksAllowed is charged log10 of the excess; the calibration's catalog size pays nothing")
-    func screeningCharge() async throws {
+    @Test("a catalog of more tracks than catalogTracksAllowed is charged log10 of the excess; the calibration's catalog size pays nothing")
+    func catalogSizeCharge() async throws {
         let f = try await MatchingFixture.shared.value()
         let catalog = try Catalog(path: f.path, readOnly: true)
         let dir = try TemporaryDirectory("screening")
         var charged = MatchOptions.defaults(for: catalog.configuration)
-        charged.screenedTracksAllowed = 1
+        charged.catalogTracksAllowed = 1
+        #expect(try catalog.trackCount() == f.ids.count)
         var total = 0.0
         for (stem, offset) in clipCases {
             let signature = SignatureGenerator.signature(of: try Fixtures.decode(try f.clip(stem, at: offset, into: dir)))
             let free = try #require(try Matcher(catalog: catalog).match(signature).matches.first)
             let paid = try #require(try Matcher(catalog: catalog, options: charged).match(signature).matches.first)
             #expect(paid.track.id == free.track.id && paid.score == free.score)
-            // Each is charged log10 of the tracks its search screened, a whole number from 1 to the catalog's.
-            let screened = pow(10, free.significance - paid.significance)
-            #expect(abs(screened - screened.rounded()) < 1e-6 && screened.rounded() >= 1
-                    && Int(screened.rounded()) <= f.ids.count, "\(stem): \(free.significance) vs \(paid.significance)")
+            // Each is charged log10 of the catalog's tracks.
+            #expect(abs(free.significance - paid.significance - log10(Double(f.ids.count))) < 1e-9,
+                    "\(stem): \(free.significance) vs \(paid.significance)")
             total += free.significance - paid.significance
         }
         #expect(total > 0)
