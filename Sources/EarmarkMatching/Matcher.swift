@@ -38,9 +38,19 @@ public struct MatchOptions: Sendable, Equatable {
     public var skewTrials: [Skew] = Skew.defaultTrials
     /// Query peaks of rank below this are verified against the reference constellation. Default 14.
     public var verifyRankLimit: Int = 14
-    /// Whether a strong match that covers under 60 % of the query still tries the skews (a skewed clip can
-    /// line up over a short stretch). Streams turn it off: there a track often fills only part of the window.
+    /// Whether a strong match that covers under 60 % of the query, or verifies under ``explainedShare`` of its
+    /// strong peaks, still tries the skews (a skewed clip can line up over a short stretch, or on a band of bins
+    /// with another version of the music). Streams turn it off: there a track often fills only part of the window.
     public var skewWhenPartial = true
+    /// In a catalog of more than ``catalogTracksAllowed`` tracks, a match that verifies less than this share of
+    /// the clip's strong peaks tries the skews too; and a skewed match of another track that verifies a quarter
+    /// more of them (and 5 more) replaces it whatever their hash counts. A large catalog holds versions of one
+    /// recording at other speeds or pitches (a sped-up edit, a transposed copy), and the one the clip was made
+    /// from fits its peaks in every band, while another fits only where the two differ by under a bin. In a
+    /// catalog of the calibration's size noise explains a low share far more often, and the extra searches
+    /// would cost every noisy clip (on the 6.5-h benchmark they found nothing and took the p95 of matched
+    /// 10-s clips from 22 to 169 ms). Default 0.7.
+    public var explainedShare = 0.7
     /// Whether a clip without a decisive match is searched again with its deeper peaks
     /// (``SignatureConfiguration/deepRankLimit``), which finds music under loud speech. Default true.
     public var deepPass = true
@@ -183,6 +193,16 @@ public struct Match: Sendable, Codable, Equatable {
     public var referenceEnd: Double
 }
 
+extension Match {
+    /// The share of the clip's strong peaks that verification found in the reference.
+    var explained: Double { Double(verifiedPeaks) / Double(max(1, queryPeaks)) }
+
+    /// Whether this placement verifies a quarter more of the clip's strong peaks than `other`, and 5 more.
+    func explainsClearlyMore(than other: Match) -> Bool {
+        explained >= 1.25 * other.explained && verifiedPeaks >= other.verifiedPeaks + 5
+    }
+}
+
 /// The outcome of one query.
 public struct MatchResult: Sendable, Codable, Equatable {
     /// Ranked best first; empty means no match.
@@ -239,14 +259,17 @@ public final class Matcher {
             if let d = deep.matches.first, d.significance > plain.matches.first?.significance ?? -.infinity { plain = deep }
         }
         // A skewed clip can still line up over a short stretch, where its peaks have not yet drifted
-        // from the reference's, and that can be significant. An unskewed match is strong, covers most of
-        // the clip and, unless noise hides them, explains most of its strong peaks. Anything less also
-        // tries the skews, and the more significant result wins. (Under 30 % of the peaks and under 20
-        // decades holds 1 % of the benchmark's unskewed matches, so the extra searches cost little.)
+        // from the reference's, and that can be significant; and another version of the music (sped up,
+        // transposed) can fit a skewed clip in the band of bins where the two differ by under a bin. An
+        // unskewed match of the right version is strong, covers most of the clip and, unless noise hides
+        // them, explains most of its strong peaks. Anything less also tries the skews, and the better result
+        // wins. (Under 30 % of the peaks and under 20 decades holds 1 % of the benchmark's unskewed matches;
+        // a large catalog asks for ``MatchOptions/explainedShare``, and its noisy clips pay for that.)
+        let explainedShare = try catalog.trackCount() > options.catalogTracksAllowed ? options.explainedShare : 0
         let weak = plain.matches.first.map {
             $0.significance < strong || (options.skewWhenPartial
-                && (($0.queryEnd - $0.queryStart) < 0.6 * signature.duration
-                    || (Double($0.verifiedPeaks) < 0.3 * Double($0.queryPeaks) && $0.significance < strong + 8)))
+                && (($0.queryEnd - $0.queryStart) < 0.6 * signature.duration || $0.explained < explainedShare
+                    || ($0.explained < 0.3 && $0.significance < strong + 8)))
         } ?? true
         guard !options.skewTrials.isEmpty, weak else { return plain }
         // Nothing (or only a short stretch) as is: undo each candidate skew on the query's peaks (time × t, frequency ÷ f) and
@@ -261,11 +284,17 @@ public final class Matcher {
             // Every result here passed the significance threshold; among them the one with most aligned
             // hashes has the skew closest to the truth.
             guard let top = r.matches.first else { return }
-            if let current = best.matches.first {
+            // Another track (another version of the music) that explains clearly more of the clip's peaks
+            // wins whatever the hash counts; one that explains clearly less loses. Within one track the hashes
+            // decide: a short noisy clip verifies a few more peaks at some small skew by chance.
+            if let current = best.matches.first,
+               explainedShare == 0 || top.track.id == current.track.id || !top.explainsClearlyMore(than: current) {
                 if (top.score, top.significance) <= (current.score, current.significance) { return }
                 // Near no skew, a skew aligns about the hashes no skew does, now and then one more by chance:
                 // to replace the unskewed match it needs a tenth more (and two) aligned hashes.
                 if bestSkew == nil, top.score < current.score + max(2, current.score / 10) { return }
+                // More hashes, but in a band of bins: another version of the music, not a better fit.
+                if explainedShare > 0, top.track.id != current.track.id, current.explainsClearlyMore(than: top) { return }
             }
             for i in r.matches.indices {
                 // The fitted slope refines the time factor; for a speed change it refines the pitch too.
@@ -279,19 +308,22 @@ public final class Matcher {
             best = r
             bestSkew = skew
         }
+        var climbed: Skew?
         for skew in options.skewTrials {
             try attempt(skew)
             // Nearest skews come first. A clearly strong match ends the grid; from there the search climbs
             // to neighbouring skews of the same kind while they align more hashes (a skew a step or two
-            // off still matches on the low bins).
-            if let found = bestSkew, let top = best.matches.first, top.significance >= strong {
+            // off still matches on the low bins). One that leaves most strong peaks unexplained may be
+            // another version of the music, so the grid goes on.
+            if let found = bestSkew, found != climbed, let top = best.matches.first, top.significance >= strong {
                 var current = found
                 for _ in 0..<8 {
                     for neighbour in current.neighbours { try attempt(neighbour) }
                     guard let moved = bestSkew, moved != current else { break }
                     current = moved
                 }
-                break
+                climbed = current
+                if best.matches.first.map({ $0.explained >= explainedShare }) ?? true { break }
             }
         }
         if let skew = bestSkew, skew.time != 1, !best.matches.isEmpty {
