@@ -7,7 +7,8 @@ extension AnalysisTimeline {
     ///
     /// Every lane is a `<g class="lane" data-lane="NAME">` (names: loudness, beats, sections, key, instruments,
     /// sounds, speech); the highlight is `<rect id="highlight">`; the root element carries `data-plot-x`,
-    /// `data-plot-width` and `data-duration`, so a reader can map x to time. All text is escaped.
+    /// `data-plot-width` and `data-duration`, so a reader can map x to time, and `data-heading-height`, the height of
+    /// the heading (a page with its own heading can crop it with the `viewBox`). All text is escaped.
     /// - Parameters:
     ///   - width: width in pixels (at least 480); the height follows from the lanes.
     ///   - emptyMessage: shown instead of lanes when there is none.
@@ -38,11 +39,14 @@ private struct TimelineDrawing {
         duration = timeline.duration.isFinite && timeline.duration > 0 ? timeline.duration : 1
     }
 
+    /// Height of the title (and subtitle) above the lanes; a page that shows its own heading can crop it.
+    var headingHeight: Double { t.subtitle == nil ? 42 : 60 }
+
     func x(_ time: Double) -> Double { plotX + min(max(time, 0), duration) / duration * plotWidth }
 
     mutating func render(emptyMessage: String) -> String {
         // The lanes go into `body` first: the height is known only once they are laid out.
-        y = t.subtitle == nil ? 50 : 68
+        y = headingHeight + 8
         let highlight = t.highlight.flatMap { h -> TimeRange? in
             let (lo, hi) = (min(h.start, h.end), max(h.start, h.end))
             guard lo.isFinite, hi.isFinite, lo <= duration, hi >= 0 else { return nil }
@@ -80,7 +84,8 @@ private struct TimelineDrawing {
         svg.raw("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"\(fmt(width))\" height=\"\(fmt(height))\" "
                 + "viewBox=\"0 0 \(fmt(width)) \(fmt(height))\" role=\"img\" aria-labelledby=\"timeline-title\" "
                 + "font-family=\"system-ui, -apple-system, 'Segoe UI', Roboto, 'DejaVu Sans', sans-serif\" "
-                + "data-plot-x=\"\(fmt(plotX))\" data-plot-width=\"\(fmt(plotWidth))\" data-duration=\"\(fmt(duration, 3))\">\n")
+                + "data-plot-x=\"\(fmt(plotX))\" data-plot-width=\"\(fmt(plotWidth))\" data-duration=\"\(fmt(duration, 3))\" "
+                + "data-heading-height=\"\(fmt(headingHeight))\">\n")
         svg.raw("<title id=\"timeline-title\">\(xmlEscaped(t.title)) — analysis timeline</title>\n")
         svg.rect(x: 0, y: 0, width: width, height: height, fill: "#ffffff")
         svg.text(t.title, x: 16, y: 30, size: 18, fill: Palette.ink, weight: "700", cssClass: "title", maxWidth: width - 160)

@@ -76,9 +76,9 @@ async function loadTracks(append) {
   }
   const page = await r.json();
   for (const t of page.tracks) {
-    const row = el('tr', { id: 'track-' + t.id },
+    const row = el('tr', { id: 'track-' + t.id, className: 'clickable', title: 'Show this track and its timeline' },
       el('td', { className: 'num', textContent: String(t.id) }),
-      el('td', { textContent: trackName(t) }),
+      el('td', {}, el('a', { href: trackLink(t.id), textContent: trackName(t) })),
       el('td', { textContent: t.artist || '' }),
       el('td', { textContent: t.album || '' }),
       el('td', { className: 'num', textContent: clock(t.duration) }));
@@ -106,6 +106,109 @@ $('search').addEventListener('input', () => {
   searchTimer = setTimeout(() => { catalog.query = $('search').value.trim(); loadTracks(false); }, 200);
 });
 $('more').addEventListener('click', () => loadTracks(true));
+$('tracks').addEventListener('click', (e) => {
+  const row = e.target.closest('tr.clickable');
+  if (row && !e.target.closest('a')) location.hash = trackLink(Number(row.id.slice('track-'.length)));
+});
+
+// MARK: A track: its metadata and its analysis timeline (GET /v1/tracks/{id} and …/timeline.svg)
+
+// `#track=ID` (and `&from=S&to=S`, a stretch to highlight) shows the track card; the links of the catalog and of
+// the matches point there, so the back button and a shared link work.
+function trackLink(id, from, to) {
+  let link = '#track=' + id;
+  if (Number.isFinite(from) && Number.isFinite(to)) link += '&from=' + from.toFixed(2) + '&to=' + to.toFixed(2);
+  return link;
+}
+
+function fact(name, value) {
+  return value === undefined || value === null || value === '' ? [] : [el('dt', { textContent: name }), el('dd', { textContent: value })];
+}
+
+function describeTrack(t) {
+  const a = t.analysis || {};
+  const facts = [];
+  facts.push(...fact('Length', clock(Math.round(t.duration))));
+  if (a.key) facts.push(...fact('Key', a.key.tonic + ' ' + a.key.mode));
+  if (a.rhythm && a.rhythm.bpm) facts.push(...fact('Tempo', a.rhythm.bpm.toFixed(1) + ' BPM, ' + a.rhythm.beatsPerBar + ' beats a bar'));
+  if (a.loudness && a.loudness.integrated !== null) facts.push(...fact('Loudness', a.loudness.integrated.toFixed(1) + ' LUFS'));
+  if (a.sound && a.sound.dominant && a.sound.dominant.length) {
+    facts.push(...fact('Sounds', a.sound.dominant.slice(0, 3).map((d) => d.label + ' ' + Math.round(d.share * 100) + '%').join(', ')));
+  }
+  for (const key of Object.keys(t.metadata || {}).sort()) {
+    const v = t.metadata[key];
+    facts.push(...fact(key, typeof v === 'string' ? v : JSON.stringify(v)));
+  }
+  facts.push(...fact('Track', '#' + t.id + (t.addedAt ? ', added ' + t.addedAt.replace('T', ' ').replace(/\.\d+/, '') : '')));
+  if (t.sourcePath) facts.push(...fact('Source', t.sourcePath));
+  return facts;
+}
+
+// The server's SVG, put into the page as an element (so its tooltips work); anything active is removed first.
+function inlineSVG(text) {
+  const doc = new DOMParser().parseFromString(text, 'image/svg+xml');
+  const svg = doc.documentElement;
+  if (svg.nodeName !== 'svg') throw new Error('the timeline is not an SVG picture');
+  for (const node of svg.querySelectorAll('script, foreignObject')) node.remove();
+  for (const node of [svg, ...svg.querySelectorAll('*')]) {
+    for (const attr of [...node.attributes]) if (/^on/i.test(attr.name) || /^\s*javascript:/i.test(attr.value)) node.removeAttribute(attr.name);
+  }
+  // The card has the track's title already: crop the picture's own heading.
+  const heading = parseFloat(svg.getAttribute('data-heading-height'));
+  const [x, y, w, h] = (svg.getAttribute('viewBox') || '').split(/\s+/).map(Number);
+  if (heading > 0 && heading < h && y === 0) {
+    svg.setAttribute('viewBox', [x, heading, w, h - heading].join(' '));
+    svg.setAttribute('height', String(h - heading));
+  }
+  return document.importNode(svg, true);
+}
+
+let shownTrack = 0;
+async function showTrack(id, from, to) {
+  const card = $('track-card'), box = $('track-timeline');
+  const request = ++shownTrack;
+  card.hidden = false;
+  $('track-title').textContent = 'Track ' + id;
+  $('track-sub').textContent = '';
+  $('track-facts').replaceChildren();
+  box.replaceChildren(el('div', { className: 'busy', textContent: 'Drawing the timeline…' }));
+  const highlighted = Number.isFinite(from) && Number.isFinite(to);
+  $('track-note').hidden = !highlighted;
+  if (highlighted) $('track-note').textContent = 'The highlighted stretch, ' + clock(from) + '–' + clock(to) + ', is where the clip matched.';
+  try {
+    const width = Math.max(480, Math.min(4000, Math.round(box.clientWidth || 1000)));
+    const params = new URLSearchParams({ width: String(width) });
+    if (highlighted) { params.set('from', String(from)); params.set('to', String(to)); }
+    const [info, picture] = await Promise.all([api('/v1/tracks/' + id), api('/v1/tracks/' + id + '/timeline.svg?' + params)]);
+    if (request !== shownTrack) return;   // another track was asked for meanwhile
+    if (!info.ok) throw new Error(await errorText(info));
+    if (!picture.ok) throw new Error(await errorText(picture));
+    const track = await info.json();
+    $('track-title').textContent = trackName(track);
+    $('track-sub').textContent = [track.artist, track.album].filter(Boolean).join(' — ');
+    $('track-facts').replaceChildren(...describeTrack(track));
+    box.replaceChildren(inlineSVG(await picture.text()));
+  } catch (e) {
+    if (request === shownTrack) box.replaceChildren(el('div', { className: 'error', textContent: 'Track ' + id + ': ' + e.message }));
+  }
+}
+
+function route() {
+  const params = new URLSearchParams(location.hash.slice(1));
+  const id = Number(params.get('track'));
+  if (!Number.isInteger(id) || id <= 0) {
+    $('track-card').hidden = true;
+    return;
+  }
+  showTrack(id, parseFloat(params.get('from')), parseFloat(params.get('to')));
+  $('track-card').scrollIntoView({ block: 'start' });
+}
+window.addEventListener('hashchange', route);
+$('track-close').addEventListener('click', (e) => {
+  e.preventDefault();
+  history.pushState(null, '', location.pathname + location.search);
+  route();
+});
 
 // MARK: Identify a file
 
@@ -123,15 +226,23 @@ async function identify(file) {
       out.append(el('div', { className: 'busy', id: 'file-nomatch', textContent: 'No match for ' + file.name + '.' }));
       return;
     }
+    const links = [];
     for (const m of report.matches) {
+      // Where the clip lies in the track: from its offset, as long as the clip (at the track's pace).
+      const from = Math.max(0, m.matchOffset);
+      const to = Math.min(m.track.duration, m.matchOffset + report.queryDuration * (m.timeScale || 1));
+      const link = trackLink(m.track.id, from, Math.max(from, to));
+      links.push(link);
       out.append(el('div', { className: 'match' },
         el('div', { className: 'title', textContent: trackName(m.track) }),
         el('div', { className: 'conf', textContent: Math.round(m.confidence * 100) + '%' }),
         el('div', { className: 'sub', textContent: trackBy(m.track) }),
-        el('div', { className: 'sub', textContent: 'at ' + clock(m.matchOffset) + ' of ' + clock(m.track.duration) })));
+        el('div', { className: 'sub' }, 'at ' + clock(m.matchOffset) + ' of ' + clock(m.track.duration) + ' · ',
+          el('a', { href: link, textContent: 'show on the timeline' }))));
     }
     out.firstChild.id = 'file-match';
     out.firstChild.dataset.trackId = String(report.matches[0].track.id);
+    location.hash = links[0];   // the best match's timeline, its matched stretch highlighted
   } catch (e) {
     out.replaceChildren(el('div', { className: 'error', textContent: file.name + ': ' + e.message }));
   }
@@ -303,3 +414,4 @@ $('token').addEventListener('change', () => {
 
 loadStats();
 loadTracks(false);
+route();
