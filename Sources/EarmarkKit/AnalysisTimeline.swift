@@ -20,6 +20,11 @@ public struct AnalysisTimeline: Sendable, Equatable {
         public var shortTerm: [Point]
         /// Integrated loudness of the whole track (LUFS), drawn as a dashed line.
         public var integrated: Double?
+        public init(momentary: [Point], shortTerm: [Point], integrated: Double?) {
+            self.momentary = momentary
+            self.shortTerm = shortTerm
+            self.integrated = integrated
+        }
     }
 
     /// A value at a time (seconds); nil where there is none (silence).
@@ -38,6 +43,12 @@ public struct AnalysisTimeline: Sendable, Equatable {
         public var bars: [Double]
         public var beatsPerBar: Int
         public var bpm: Double?
+        public init(beats: [Double], bars: [Double], beatsPerBar: Int, bpm: Double?) {
+            self.beats = beats
+            self.bars = bars
+            self.beatsPerBar = beatsPerBar
+            self.bpm = bpm
+        }
     }
 
     /// A labelled stretch: a section (label A, B, …), a key range ("F major"), a sound class.
@@ -56,6 +67,10 @@ public struct AnalysisTimeline: Sendable, Equatable {
     public struct Structure: Sendable, Equatable {
         public var sections: [Span]
         public var segments: [TimeRange]
+        public init(sections: [Span], segments: [TimeRange]) {
+            self.sections = sections
+            self.segments = segments
+        }
     }
 
     /// One instrument family: its 0…1 activity curve and the ranges where it plays.
@@ -63,12 +78,21 @@ public struct AnalysisTimeline: Sendable, Equatable {
         public var name: String
         public var activity: [TimedValue]
         public var active: [TimeRange]
+        public init(name: String, activity: [TimedValue], active: [TimeRange]) {
+            self.name = name
+            self.activity = activity
+            self.active = active
+        }
     }
 
     /// Runs of the leading sound class (YAMNet labels) and the speech ranges.
     public struct Sounds: Sendable, Equatable {
         public var classes: [Span]
         public var speech: [TimeRange]
+        public init(classes: [Span], speech: [TimeRange]) {
+            self.classes = classes
+            self.speech = speech
+        }
     }
 
     /// The heading: a track's title, else the file's name.
