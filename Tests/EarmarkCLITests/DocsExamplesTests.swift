@@ -46,7 +46,6 @@ enum DocsHarness {
     /// First words a documented command may start with.
     static let allowedPrograms: Set<String> = ["earmark", "sox", "ffmpeg", "echo", "printf", "head", "tail", "cp", "rm",
                                                "sqlite3", "dd"]
-    static let ellipsis = "..."
 
     /// README.md and docs/*.md, relative to the repository root.
     static var documentFiles: [String] {
@@ -97,67 +96,6 @@ enum DocsHarness {
             }
         }
         return out
-    }
-
-    // MARK: Matching output
-
-    /// Whether `actual` matches the expected lines (see the syntax at the top of this file).
-    static func matches(_ expected: [String], _ actual: [String]) -> Bool {
-        var memo: [Int: Bool] = [:]
-        func go(_ e: Int, _ a: Int) -> Bool {
-            let key = e * (actual.count + 1) + a
-            if let known = memo[key] { return known }
-            let result: Bool
-            if e == expected.count {
-                result = a == actual.count
-            } else if expected[e] == ellipsis {
-                result = (a...actual.count).contains { go(e + 1, $0) }
-            } else {
-                result = a < actual.count && lineMatches(expected[e], actual[a]) && go(e + 1, a + 1)
-            }
-            memo[key] = result
-            return result
-        }
-        return go(0, 0)
-    }
-
-    private static let approximate = try! NSRegularExpression(pattern: #"≈(-?[0-9]+(?:\.[0-9]+)?)(?:±([0-9]+(?:\.[0-9]+)?))?"#)
-    private static let numberPattern = #"(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)"#
-
-    static func lineMatches(_ pattern: String, _ actual: String) -> Bool {
-        guard pattern.contains(ellipsis) || pattern.contains("≈") else { return pattern == actual }
-        // Build a regular expression: literal text, `...` as any text, `≈x` / `≈x±t` as a captured number.
-        var regex = "^"
-        var tolerances: [(value: Double, tolerance: Double)] = []
-        let ns = pattern as NSString
-        var cursor = 0
-        func literal(_ s: String) {
-            let parts = s.components(separatedBy: ellipsis)
-            regex += parts.map { NSRegularExpression.escapedPattern(for: $0) }.joined(separator: ".*?")
-        }
-        for m in approximate.matches(in: pattern, range: NSRange(location: 0, length: ns.length)) {
-            literal(ns.substring(with: NSRange(location: cursor, length: m.range.location - cursor)))
-            let number = ns.substring(with: m.range(at: 1))
-            let tolerance: Double
-            if m.range(at: 2).location != NSNotFound {
-                tolerance = Double(ns.substring(with: m.range(at: 2)))!
-            } else {
-                let decimals = number.split(separator: ".").dropFirst().first?.count ?? 0
-                tolerance = pow(10, -Double(decimals)) * 1.000001
-            }
-            tolerances.append((Double(number)!, tolerance))
-            regex += numberPattern
-            cursor = m.range.location + m.range.length
-        }
-        literal(ns.substring(from: cursor))
-        regex += "$"
-        guard let re = try? NSRegularExpression(pattern: regex, options: [.dotMatchesLineSeparators]) else { return false }
-        let a = actual as NSString
-        guard let m = re.firstMatch(in: actual, range: NSRange(location: 0, length: a.length)) else { return false }
-        for (i, t) in tolerances.enumerated() {
-            guard let v = Double(a.substring(with: m.range(at: i + 1))), abs(v - t.value) <= t.tolerance else { return false }
-        }
-        return true
     }
 
     // MARK: Running
@@ -230,7 +168,7 @@ enum DocsHarness {
         var out: [String] = []
         for (i, (step, result)) in zip(example.steps, results).enumerated() {
             let place = "\(example.file):\(step.line): $ \(step.command)"
-            if !matches(step.expected, result.output) {
+            if !OutputPattern.matches(step.expected, result.output) {
                 out.append("\(place)\n--- the document shows ---\n\(step.expected.joined(separator: "\n"))\n--- the command printed ---\n\(result.output.joined(separator: "\n"))")
             }
             let next = example.steps.indices.contains(i + 1) ? example.steps[i + 1].command : nil
@@ -277,19 +215,19 @@ struct DocsExamplesTests {
 
     @Test("the output patterns: exact lines, ... for lines and text, ≈ for numbers")
     func patterns() {
-        #expect(DocsHarness.matches(["a", "b"], ["a", "b"]))
-        #expect(!DocsHarness.matches(["a", "b"], ["a", "c"]))
-        #expect(!DocsHarness.matches(["a"], ["a", "b"]))
-        #expect(DocsHarness.matches(["a", "...", "d"], ["a", "b", "c", "d"]))
-        #expect(DocsHarness.matches(["a", "...", "d"], ["a", "d"]))
-        #expect(DocsHarness.matches([], []))
-        #expect(!DocsHarness.matches([], ["x"]))
-        #expect(DocsHarness.lineMatches("in ... s (...× real-time)", "in 6.3 s (83× real-time)"))
-        #expect(DocsHarness.lineMatches("loudness ≈-13.5 LUFS", "loudness -13.4 LUFS"))
-        #expect(!DocsHarness.lineMatches("loudness ≈-13.5 LUFS", "loudness -13.3 LUFS"))
-        #expect(DocsHarness.lineMatches("score ≈252±10 (runner-up 5)", "score 244 (runner-up 5)"))
-        #expect(!DocsHarness.lineMatches("score ≈252±10 (runner-up 5)", "score 240 (runner-up 5)"))
-        #expect(!DocsHarness.lineMatches("a (b) [c]", "a b c"))
+        #expect(OutputPattern.matches(["a", "b"], ["a", "b"]))
+        #expect(!OutputPattern.matches(["a", "b"], ["a", "c"]))
+        #expect(!OutputPattern.matches(["a"], ["a", "b"]))
+        #expect(OutputPattern.matches(["a", "...", "d"], ["a", "b", "c", "d"]))
+        #expect(OutputPattern.matches(["a", "...", "d"], ["a", "d"]))
+        #expect(OutputPattern.matches([], []))
+        #expect(!OutputPattern.matches([], ["x"]))
+        #expect(OutputPattern.lineMatches("in ... s (...× real-time)", "in 6.3 s (83× real-time)"))
+        #expect(OutputPattern.lineMatches("loudness ≈-13.5 LUFS", "loudness -13.4 LUFS"))
+        #expect(!OutputPattern.lineMatches("loudness ≈-13.5 LUFS", "loudness -13.3 LUFS"))
+        #expect(OutputPattern.lineMatches("score ≈252±10 (runner-up 5)", "score 244 (runner-up 5)"))
+        #expect(!OutputPattern.lineMatches("score ≈252±10 (runner-up 5)", "score 240 (runner-up 5)"))
+        #expect(!OutputPattern.lineMatches("a (b) [c]", "a b c"))
     }
 
     @Test("a stale example fails: the harness compares what the tool prints with the document")
