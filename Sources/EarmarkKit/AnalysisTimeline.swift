@@ -199,5 +199,5 @@ extension AnalysisTimeline.Sounds {
 
 extension AnalysisTimeline {
     /// What a timeline of a catalog track without stored analysis says in place of lanes.
-    public static let noStoredAnalysis = "No analysis stored for this track (add it with `earmark catalog add --analyze`)."
+    public static let noStoredAnalysis = "No analysis stored for this track (add it with: earmark catalog add --analyze)."
 }

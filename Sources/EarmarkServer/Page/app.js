@@ -10,6 +10,9 @@ function clock(seconds) {
   return (h ? h + ':' + String(m).padStart(2, '0') : String(m)) + ':' + String(r).padStart(2, '0');
 }
 
+// A length to the nearest second, as the command line prints it (clock() floors: it shows a running position).
+function length(seconds) { return clock(Math.round(seconds)); }
+
 function el(tag, props, ...children) {
   const node = document.createElement(tag);
   Object.assign(node, props || {});
@@ -55,7 +58,7 @@ async function loadStats() {
     const s = await r.json();
     const hours = s.totalDuration / 3600;
     $('stats').textContent = s.trackCount + ' track' + (s.trackCount === 1 ? '' : 's') + ' · ' +
-      (hours >= 1 ? hours.toFixed(1) + ' h' : clock(s.totalDuration)) + ' of audio';
+      (hours >= 1 ? hours.toFixed(1) + ' h' : length(s.totalDuration)) + ' of audio';
   } catch (e) {
     $('stats').textContent = 'catalog unavailable: ' + e.message;
   }
@@ -81,7 +84,7 @@ async function loadTracks(append) {
       el('td', {}, el('a', { href: trackLink(t.id), textContent: trackName(t) })),
       el('td', { textContent: t.artist || '' }),
       el('td', { textContent: t.album || '' }),
-      el('td', { className: 'num', textContent: clock(t.duration) }));
+      el('td', { className: 'num', textContent: length(t.duration) }));
     if (catalog.current === t.id) row.classList.add('current');
     body.append(row);
   }
@@ -128,7 +131,7 @@ function fact(name, value) {
 function describeTrack(t) {
   const a = t.analysis || {};
   const facts = [];
-  facts.push(...fact('Length', clock(Math.round(t.duration))));
+  facts.push(...fact('Length', length(t.duration)));
   if (a.key) facts.push(...fact('Key', a.key.tonic + ' ' + a.key.mode));
   if (a.rhythm && a.rhythm.bpm) facts.push(...fact('Tempo', a.rhythm.bpm.toFixed(1) + ' BPM, ' + a.rhythm.beatsPerBar + ' beats a bar'));
   if (a.loudness && a.loudness.integrated !== null) facts.push(...fact('Loudness', a.loudness.integrated.toFixed(1) + ' LUFS'));
@@ -174,7 +177,7 @@ async function showTrack(id, from, to) {
   box.replaceChildren(el('div', { className: 'busy', textContent: 'Drawing the timeline…' }));
   const highlighted = Number.isFinite(from) && Number.isFinite(to);
   $('track-note').hidden = !highlighted;
-  if (highlighted) $('track-note').textContent = 'The highlighted stretch, ' + clock(from) + '–' + clock(to) + ', is where the clip matched.';
+  if (highlighted) $('track-note').textContent = 'The highlighted stretch, ' + length(from) + '–' + length(to) + ', is where the clip matched.';
   try {
     const width = Math.max(480, Math.min(4000, Math.round(box.clientWidth || 1000)));
     const params = new URLSearchParams({ width: String(width) });
@@ -237,7 +240,7 @@ async function identify(file) {
         el('div', { className: 'title', textContent: trackName(m.track) }),
         el('div', { className: 'conf', textContent: Math.round(m.confidence * 100) + '%' }),
         el('div', { className: 'sub', textContent: trackBy(m.track) }),
-        el('div', { className: 'sub' }, 'at ' + clock(m.matchOffset) + ' of ' + clock(m.track.duration) + ' · ',
+        el('div', { className: 'sub' }, 'at ' + clock(m.matchOffset) + ' of ' + length(m.track.duration) + ' · ',
           el('a', { href: link, textContent: 'show on the timeline' }))));
     }
     out.firstChild.id = 'file-match';
@@ -275,7 +278,7 @@ function showMatch(event) {
   $('now').dataset.trackId = String(event.track.id);
   $('now-title').textContent = trackName(event.track);
   $('now-artist').textContent = trackBy(event.track);
-  $('now-duration').textContent = clock(event.track.duration);
+  $('now-duration').textContent = length(event.track.duration);
   const pct = Math.round(event.confidence * 100);
   $('now-confidence').textContent = pct + '%';
   $('now-confidence-bar').style.width = pct + '%';
