@@ -52,7 +52,8 @@ private struct TimelineDrawing {
             guard lo.isFinite, hi.isFinite, lo <= duration, hi >= 0 else { return nil }
             return TimeRange(start: max(0, lo), end: min(duration, hi))
         }
-        if highlight != nil { y += 18 }
+        // A row for labels over the lanes: the highlight's, and above it room for a page's own marks (a playhead).
+        y += highlight != nil ? 32 : 14
         let lanesTop = y
         var lanes = SVGWriter()
         swap(&out, &lanes)

@@ -166,10 +166,11 @@ function inlineSVG(text) {
   return document.importNode(svg, true);
 }
 
-let shownTrack = 0;
+const shown = { request: 0, id: null };
 async function showTrack(id, from, to) {
   const card = $('track-card'), box = $('track-timeline');
-  const request = ++shownTrack;
+  const request = ++shown.request;
+  shown.id = id;
   card.hidden = false;
   $('track-title').textContent = 'Track ' + id;
   $('track-sub').textContent = '';
@@ -183,7 +184,7 @@ async function showTrack(id, from, to) {
     const params = new URLSearchParams({ width: String(width) });
     if (highlighted) { params.set('from', String(from)); params.set('to', String(to)); }
     const [info, picture] = await Promise.all([api('/v1/tracks/' + id), api('/v1/tracks/' + id + '/timeline.svg?' + params)]);
-    if (request !== shownTrack) return;   // another track was asked for meanwhile
+    if (request !== shown.request) return;   // another track was asked for meanwhile
     if (!info.ok) throw new Error(await errorText(info));
     if (!picture.ok) throw new Error(await errorText(picture));
     const track = await info.json();
@@ -192,7 +193,7 @@ async function showTrack(id, from, to) {
     $('track-facts').replaceChildren(...describeTrack(track));
     box.replaceChildren(inlineSVG(await picture.text()));
   } catch (e) {
-    if (request === shownTrack) box.replaceChildren(el('div', { className: 'error', textContent: 'Track ' + id + ': ' + e.message }));
+    if (request === shown.request) box.replaceChildren(el('div', { className: 'error', textContent: 'Track ' + id + ': ' + e.message }));
   }
 }
 
@@ -276,7 +277,8 @@ function showMatch(event) {
   live.matchAt = performance.now();
   $('now').hidden = false;
   $('now').dataset.trackId = String(event.track.id);
-  $('now-title').textContent = trackName(event.track);
+  $('now-title').replaceChildren(el('a', { href: trackLink(event.track.id), textContent: trackName(event.track),
+    title: 'Show this track and its timeline' }));
   $('now-artist').textContent = trackBy(event.track);
   $('now-duration').textContent = length(event.track.duration);
   const pct = Math.round(event.confidence * 100);
@@ -290,14 +292,52 @@ function showMatch(event) {
 // the event was sent, and it plays on at timeScale.
 function tick() {
   const m = live.match;
+  const position = m ? m.predictedCurrentMatchOffset + (m.timeScale || 1) * (performance.now() - live.matchAt) / 1000 : null;
   if (m) {
-    const position = m.predictedCurrentMatchOffset + (m.timeScale || 1) * (performance.now() - live.matchAt) / 1000;
     $('now-position').textContent = clock(position);
     $('now-bar').style.width = Math.min(100, 100 * position / Math.max(1, m.track.duration)) + '%';
   }
+  playhead(m && !$('track-card').hidden && shown.id === m.track.id ? position : null);
   requestAnimationFrame(tick);
 }
 requestAnimationFrame(tick);
+
+// A line on the shown track's timeline where the track being heard is now, labelled (null: none).
+function playhead(seconds) {
+  const svg = document.querySelector('#track-timeline svg');
+  let mark = document.getElementById('playhead');
+  if (!svg || seconds === null) {
+    if (mark) mark.remove();
+    return;
+  }
+  const x0 = parseFloat(svg.getAttribute('data-plot-x')), w = parseFloat(svg.getAttribute('data-plot-width'));
+  const duration = parseFloat(svg.getAttribute('data-duration'));
+  const axis = svg.querySelector('g.axis line:last-of-type');
+  if (!(duration > 0) || !axis) return;
+  const ns = 'http://www.w3.org/2000/svg';
+  if (!mark) {
+    mark = document.createElementNS(ns, 'g');
+    mark.id = 'playhead';
+    const top = parseFloat(svg.getAttribute('data-heading-height')) || 0;
+    const line = document.createElementNS(ns, 'line');
+    for (const [k, v] of [['stroke', '#3451d1'], ['stroke-width', '2'], ['y1', String(top + 13)], ['y2', axis.getAttribute('y1')]]) {
+      line.setAttribute(k, v);
+    }
+    const label = document.createElementNS(ns, 'text');
+    for (const [k, v] of [['y', String(top + 10)], ['font-size', '12'], ['font-weight', '600'], ['fill', '#3451d1']]) {
+      label.setAttribute(k, v);
+    }
+    mark.append(line, label);
+    svg.append(mark);
+  }
+  const x = x0 + Math.min(Math.max(seconds, 0), duration) / duration * w;
+  const [line, label] = mark.children;
+  line.setAttribute('x1', String(x));
+  line.setAttribute('x2', String(x));
+  label.textContent = 'heard now ' + clock(seconds);
+  label.setAttribute('x', String(x));
+  label.setAttribute('text-anchor', x > x0 + w - 80 ? 'end' : x < x0 + 80 ? 'start' : 'middle');
+}
 
 function showSounds(event) {
   const box = $('sounds');
