@@ -45,7 +45,7 @@ private struct TimelineDrawing {
     func x(_ time: Double) -> Double { plotX + min(max(time, 0), duration) / duration * plotWidth }
 
     mutating func render(emptyMessage: String) -> String {
-        // The lanes go into `body` first: the height is known only once they are laid out.
+        // The lanes are written first, apart: the axis under them and the height need their extent.
         y = headingHeight + 8
         let highlight = t.highlight.flatMap { h -> TimeRange? in
             let (lo, hi) = (min(h.start, h.end), max(h.start, h.end))
@@ -102,8 +102,8 @@ private struct TimelineDrawing {
 
     /// Seconds between ticks: the smallest step at least 64 px apart.
     var tickStep: Double {
-        let steps: [Double] = [0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600]
-        return steps.first { $0 / duration * plotWidth >= 64 } ?? 7200
+        let steps: [Double] = [0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 21600, 43200]
+        return steps.first { $0 / duration * plotWidth >= 64 } ?? (duration / 10 / 86400).rounded(.up) * 86400
     }
 
     /// Grid lines through the lanes and the time axis under them, labelled m:ss (m:ss.s below one second a tick).
