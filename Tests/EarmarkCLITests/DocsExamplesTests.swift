@@ -133,33 +133,24 @@ enum DocsHarness {
     /// Runs an example's commands as one bash script in a fresh folder; returns each step's output and status.
     static func run(_ example: DocExample, fixture f: Fixture) throws -> [StepResult] {
         let work = try TemporaryDirectory("docs-example")
-        let results = try TemporaryDirectory("docs-results")
         try FileManager.default.createDirectory(at: work.file("catalogs"), withIntermediateDirectories: true)
         try FileManager.default.copyItem(atPath: f.catalog, toPath: work.path("catalogs/demo.earcat"))
-        var script = "cd \(shellQuote(work.path))\n__s=0\n"
-        for (i, step) in example.steps.enumerated() {
-            let command = step.command.replacingOccurrences(of: "~/.cache/earmark-test-audio", with: shellQuote(f.audio))
-            script += "( exit $__s ); {\n\(command)\n} >\(shellQuote(results.path("\(i).out"))) 2>&1\n"
-            script += "__s=$?; echo $__s >\(shellQuote(results.path("\(i).status")))\n"
-        }
+        let commands = example.steps.map { $0.command.replacingOccurrences(of: "~/.cache/earmark-test-audio", with: ShellSteps.quoted(f.audio)) }
         let env: [String: String?] = [
             "PATH": f.binFolder + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"),
             "EARMARK_CATALOG": TestPaths.scratchRoot.appendingPathComponent("no-default-catalog.earcat").path,
             "EARMARK_MODEL": f.model, "EARMARK_BIN": nil, "LC_ALL": "C.UTF-8",
         ]
-        let out = try Run.process("/bin/bash", ["--noprofile", "--norc", "-c", script], environment: env, timeout: 600)
-        guard !out.timedOut else { throw TestSupportError("\(example.testDescription) timed out: \(out)") }
         let audioForms = [f.audio, (f.audio as NSString).resolvingSymlinksInPath]
-        return try example.steps.indices.map { i in
-            let status = Int32((try? String(contentsOfFile: results.path("\(i).status"), encoding: .utf8))?
-                .trimmingCharacters(in: .whitespacesAndNewlines) ?? "") ?? -1
-            var text = (try? String(contentsOfFile: results.path("\(i).out"), encoding: .utf8)) ?? ""
-            for a in Set(audioForms) { text = text.replacingOccurrences(of: a, with: "~/.cache/earmark-test-audio") }
-            text = text.replacingOccurrences(of: work.path, with: "$PWD")
-            var lines = text.components(separatedBy: "\n").map(\.trimmingTrailingWhitespace)
-            while lines.last == "" { lines.removeLast() }
-            guard status >= 0 else { throw TestSupportError("\(example.testDescription): step \(i) did not run: \(out)") }
-            return StepResult(output: lines, status: status)
+        do {
+            return try ShellSteps.run(commands, in: work.path, environment: env, timeout: 600).map { result in
+                var text = result.text
+                for a in Set(audioForms) { text = text.replacingOccurrences(of: a, with: "~/.cache/earmark-test-audio") }
+                text = text.replacingOccurrences(of: work.path, with: "$PWD")
+                return StepResult(output: ShellSteps.Result.lines(text), status: result.status)
+            }
+        } catch let e as TestSupportError {
+            throw TestSupportError("\(example.testDescription): \(e)")
         }
     }
 
@@ -180,7 +171,6 @@ enum DocsHarness {
     }
 }
 
-private func shellQuote(_ s: String) -> String { "'" + s.replacingOccurrences(of: "'", with: "'\\''") + "'" }
 
 extension String {
     var trimmingTrailingWhitespace: String {

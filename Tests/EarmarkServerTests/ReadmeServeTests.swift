@@ -99,24 +99,13 @@ import Testing
         }
     }
 
-    /// Runs one block's commands as one bash script in `folder`; each step's output lines and exit status.
+    /// Runs one block's commands in one shell in `folder`; each step's output lines and exit status.
     static func run(_ steps: [Step], in folder: TemporaryDirectory, port: Int, audio: String) throws -> [([String], Int32)] {
-        let results = try TemporaryDirectory("readme-serve-results")
-        var script = "cd '\(folder.path)'\n"
-        for (i, step) in steps.enumerated() {
-            let command = step.command.replacingOccurrences(of: "localhost:8080", with: "127.0.0.1:\(port)")
-                .replacingOccurrences(of: "~/.cache/earmark-test-audio", with: "'\(audio)'")
-            script += "{\n\(command)\n} >'\(results.path("\(i).out"))' 2>&1; echo $? >'\(results.path("\(i).status"))'\n"
+        let commands = steps.map {
+            $0.command.replacingOccurrences(of: "localhost:8080", with: "127.0.0.1:\(port)")
+                .replacingOccurrences(of: "~/.cache/earmark-test-audio", with: ShellSteps.quoted(audio))
         }
-        let out = try Run.process("/bin/bash", ["--noprofile", "--norc", "-c", script], environment: ["LC_ALL": "C.UTF-8"], timeout: 300)
-        guard !out.timedOut else { throw TestSupportError("the README's examples timed out: \(out)") }
-        return steps.indices.map { i in
-            let status = Int32((try? String(contentsOfFile: results.path("\(i).status"), encoding: .utf8))?
-                .trimmingCharacters(in: .whitespacesAndNewlines) ?? "") ?? -1
-            var lines = ((try? String(contentsOfFile: results.path("\(i).out"), encoding: .utf8)) ?? "")
-                .components(separatedBy: "\n").map { $0.replacingOccurrences(of: #"\s+$"#, with: "", options: .regularExpression) }
-            while lines.last == "" { lines.removeLast() }
-            return (lines, status)
-        }
+        return try ShellSteps.run(commands, in: folder.path, environment: ["LC_ALL": "C.UTF-8"], timeout: 300)
+            .map { (ShellSteps.Result.lines($0.text), $0.status) }
     }
 }
