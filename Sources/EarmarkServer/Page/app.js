@@ -166,6 +166,37 @@ function inlineSVG(text) {
   return document.importNode(svg, true);
 }
 
+// A guide under the pointer with the time there, so any mark of the timeline can be read off.
+function followPointer(svg) {
+  const ns = 'http://www.w3.org/2000/svg';
+  const x0 = parseFloat(svg.getAttribute('data-plot-x')), w = parseFloat(svg.getAttribute('data-plot-width'));
+  const duration = parseFloat(svg.getAttribute('data-duration'));
+  const axis = svg.querySelector('g.axis line:last-of-type');
+  if (!(duration > 0) || !axis) return;
+  const bottom = parseFloat(axis.getAttribute('y1'));
+  const top = (parseFloat(svg.getAttribute('data-heading-height')) || 0) + 13;
+  const guide = document.createElementNS(ns, 'g');
+  guide.setAttribute('pointer-events', 'none');
+  guide.style.display = 'none';
+  const line = document.createElementNS(ns, 'line');
+  for (const [k, v] of [['y1', top], ['y2', bottom], ['stroke', '#6b7385'], ['stroke-dasharray', '3 3']]) line.setAttribute(k, String(v));
+  const label = document.createElementNS(ns, 'text');
+  for (const [k, v] of [['y', bottom + 18], ['font-size', '12'], ['font-weight', '600'], ['fill', '#1d2330'],
+    ['stroke', '#ffffff'], ['stroke-width', '3'], ['paint-order', 'stroke'], ['text-anchor', 'middle']]) label.setAttribute(k, String(v));
+  guide.append(line, label);
+  svg.append(guide);
+  svg.addEventListener('pointermove', (e) => {
+    const point = new DOMPoint(e.clientX, e.clientY).matrixTransform(svg.getScreenCTM().inverse());
+    if (point.x < x0 || point.x > x0 + w || point.y < top || point.y > bottom) { guide.style.display = 'none'; return; }
+    guide.style.display = '';
+    line.setAttribute('x1', String(point.x));
+    line.setAttribute('x2', String(point.x));
+    label.setAttribute('x', String(point.x));
+    label.textContent = clock((point.x - x0) / w * duration);
+  });
+  svg.addEventListener('pointerleave', () => { guide.style.display = 'none'; });
+}
+
 const shown = { request: 0, id: null };
 async function showTrack(id, from, to) {
   const card = $('track-card'), box = $('track-timeline');
@@ -192,6 +223,7 @@ async function showTrack(id, from, to) {
     $('track-sub').textContent = [track.artist, track.album].filter(Boolean).join(' — ');
     $('track-facts').replaceChildren(...describeTrack(track));
     box.replaceChildren(inlineSVG(await picture.text()));
+    followPointer(box.firstChild);
   } catch (e) {
     if (request === shown.request) box.replaceChildren(el('div', { className: 'error', textContent: 'Track ' + id + ': ' + e.message }));
   }
