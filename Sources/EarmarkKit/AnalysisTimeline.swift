@@ -40,8 +40,10 @@ public struct AnalysisTimeline: Sendable, Equatable {
     /// Beat and bar (downbeat) times in seconds.
     public struct Beats: Sendable, Equatable {
         public var beats: [Double]
+        /// The first beat of each bar.
         public var bars: [Double]
         public var beatsPerBar: Int
+        /// Tempo, shown beside the lane's title; nil without a steady pulse.
         public var bpm: Double?
         public init(beats: [Double], bars: [Double], beatsPerBar: Int, bpm: Double?) {
             self.beats = beats
@@ -53,8 +55,10 @@ public struct AnalysisTimeline: Sendable, Equatable {
 
     /// A labelled stretch: a section (label A, B, …), a key range ("F major"), a sound class.
     public struct Span: Sendable, Equatable {
+        /// Seconds.
         public var start: Double
         public var end: Double
+        /// Shown inside the span's box when it fits, and as its tooltip.
         public var label: String
         public init(start: Double, end: Double, label: String) {
             self.start = start
@@ -75,8 +79,11 @@ public struct AnalysisTimeline: Sendable, Equatable {
 
     /// One instrument family: its 0…1 activity curve and the ranges where it plays.
     public struct Family: Sendable, Equatable {
+        /// "drums", "bass", … (``InstrumentFamily``'s raw values).
         public var name: String
+        /// 0…1 over time, drawn as an area.
         public var activity: [TimedValue]
+        /// Where the family plays, drawn as a bar.
         public var active: [TimeRange]
         public init(name: String, activity: [TimedValue], active: [TimeRange]) {
             self.name = name
@@ -87,6 +94,7 @@ public struct AnalysisTimeline: Sendable, Equatable {
 
     /// Runs of the leading sound class (YAMNet labels) and the speech ranges.
     public struct Sounds: Sendable, Equatable {
+        /// Runs of the leading label, labelled with its name.
         public var classes: [Span]
         public var speech: [TimeRange]
         public init(classes: [Span], speech: [TimeRange]) {
@@ -101,12 +109,17 @@ public struct AnalysisTimeline: Sendable, Equatable {
     public var subtitle: String?
     /// Length of the time axis, seconds.
     public var duration: Double
+    /// The loudness lane; nil: not measured.
     public var loudness: Loudness?
+    /// The beats-and-bars lane; nil: rhythm not measured.
     public var beats: Beats?
+    /// The sections lane (sections and segments); nil: structure not measured.
     public var structure: Structure?
-    /// Key ranges (modulations), labelled "F major".
+    /// Key ranges (modulations), labelled "F major"; nil: key not measured or none found.
     public var keys: [Span]?
+    /// One row per instrument family; nil: instrument activity not measured.
     public var instruments: [Family]?
+    /// The sound-class and speech lanes; nil: not classified (no sound model).
     public var sounds: Sounds?
     /// A stretch drawn over every lane (a match's matched range), clipped to the axis.
     public var highlight: TimeRange?
