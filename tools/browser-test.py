@@ -3,14 +3,15 @@
 Protocol (python3-websocket; both from tools/setup.sh).
 
     tools/browser-test.py --earmark .build/debug/earmark --catalog C.earcat --listen-wav track.wav \
-        --file clip.wav --expect TITLE [--screenshot /tmp/earmark-page.png]
+        --file clip.wav --expect TITLE [--screenshot /tmp/earmark-page.png] [--track-screenshot /tmp/track.png]
 
 It starts a throwaway `earmark serve --port 0` on loopback, starts chromium with a fake microphone that plays
---listen-wav (a WAV of a catalog track), opens the page and checks two things:
+--listen-wav (a WAV of a catalog track), opens the page and checks three things:
   file    sets --file on the page's file input (DOM.setFileInputFiles) and expects the result to name --expect;
+  track   expects the best match's track card to open with its timeline and the matched stretch highlighted;
   listen  clicks Listen and expects the page to show --expect as the current track within 10 s, with a
-          position that moves with the clock.
-Then it saves a screenshot. Exit 0 when both pass, 1 when one fails, 2 when it cannot run (no chromium, …).
+          position that moves with the clock, and a playhead on the timeline of the track card.
+Then it saves a screenshot. Exit 0 when all pass, 1 when one fails, 2 when it cannot run (no chromium, …).
 """
 import argparse
 import base64
@@ -120,6 +121,7 @@ def main():
     parser.add_argument("--file", required=True, help="a clip to identify through the file input")
     parser.add_argument("--expect", required=True, help="the title the page must show for both")
     parser.add_argument("--screenshot", default="/tmp/earmark-page.png")
+    parser.add_argument("--track-screenshot", help="also save the track card (timeline) shown after the file matched")
     parser.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
     parser.add_argument("--listen-seconds", type=float, default=10)
     args = parser.parse_args()
@@ -152,6 +154,17 @@ def main():
             text = page.evaluate("document.getElementById('file-result').textContent")
             failures.append(f"file: expected {args.expect!r}, the page shows {text!r}")
 
+        # Track: the best match's card opens with its timeline, the matched stretch highlighted.
+        if page.wait_for("!!document.querySelector('#track-card:not([hidden]) #track-timeline svg rect#highlight')", 30):
+            title = page.evaluate("document.getElementById('track-title').textContent")
+            lanes = page.evaluate("[...document.querySelectorAll('#track-timeline svg g.lane')].map((g) => g.dataset.lane).join(', ')")
+            print(f"browser-test: track: the page shows the timeline of {title!r} with the matched stretch highlighted "
+                  f"(lanes: {lanes or 'none'})")
+            if title != args.expect:
+                failures.append(f"track: expected the timeline of {args.expect!r}, the page shows {title!r}")
+        else:
+            failures.append("track: no timeline with the matched stretch highlighted within 30 s of the match")
+
         # Listen: the fake microphone plays the track; the page must name it within the time allowed.
         clicked = time.monotonic()
         page.evaluate("document.getElementById('listen').click()")
@@ -167,10 +180,25 @@ def main():
                 print(f"browser-test: listen: the page shows {title!r} {took:.1f} s after Listen; position {first} → {second}")
             else:
                 failures.append(f"listen: the position does not move ({first} → {second})")
+            # The track card (still the file's match, the same track) marks where the track is heard now.
+            if page.evaluate("!!document.getElementById('playhead')"):
+                print("browser-test: listen: the timeline shows a playhead")
+            else:
+                failures.append("listen: the shown track is the one heard, but its timeline has no playhead")
         else:
             status = page.evaluate("document.getElementById('listen-status').textContent")
             failures.append(f"listen: expected {args.expect!r} within {args.listen_seconds:g} s, the page shows "
                             f"{page.evaluate(current)!r} (status: {status!r})")
+        if args.track_screenshot and page.evaluate("!document.getElementById('track-card').hidden"):
+            box = page.evaluate("(() => { const r = document.getElementById('track-card').getBoundingClientRect(); "
+                                "return {x: r.left + scrollX, y: r.top + scrollY, width: r.width, height: r.height}; })()")
+            margin = 12
+            clip = {"x": max(0, box["x"] - margin), "y": max(0, box["y"] - margin), "width": box["width"] + 2 * margin,
+                    "height": box["height"] + 2 * margin, "scale": 1}
+            shot = page("Page.captureScreenshot", format="png", clip=clip, captureBeyondViewport=True)
+            with open(args.track_screenshot, "wb") as f:
+                f.write(base64.b64decode(shot["data"]))
+            print(f"browser-test: track screenshot {args.track_screenshot}")
         shot = page("Page.captureScreenshot", format="png")
         with open(args.screenshot, "wb") as f:
             f.write(base64.b64decode(shot["data"]))

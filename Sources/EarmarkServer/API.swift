@@ -31,6 +31,7 @@ struct API: Sendable {
         (.post, "/v1/match"),
         (.get, "/v1/tracks"),
         (.get, "/v1/tracks/{id}"),
+        (.get, "/v1/tracks/{id}/timeline.svg"),
         (.get, "/v1/catalog"),
     ] + API.writeRoutes
 
@@ -77,6 +78,8 @@ struct API: Sendable {
             return try await tracks(request)
         case (.get, "/v1/tracks/{id}"):
             return try await track(request, context: context)
+        case (.get, "/v1/tracks/{id}/timeline.svg"):
+            return try await timeline(request, context: context)
         case (.get, "/v1/catalog"):
             _ = try QueryParameters(request.uri, allowed: [])
             return try JSONBody.response(try await reading { try $0.stats() })

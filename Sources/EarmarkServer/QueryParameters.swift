@@ -34,6 +34,15 @@ struct QueryParameters {
         return v
     }
 
+    /// A finite number in `range`, or nil when absent.
+    func double(_ name: String, in range: ClosedRange<Double>) throws -> Double? {
+        guard let text = values[name] else { return nil }
+        guard let v = Double(text), v.isFinite, range.contains(v) else {
+            throw APIError.invalidParameter(name, "\"\(text.prefix(40))\" is not a number from \(range.lowerBound) to \(range.upperBound)")
+        }
+        return v
+    }
+
     /// `true`/`false` (also `1`/`0`), or `defaultValue` when absent.
     func bool(_ name: String, default defaultValue: Bool) throws -> Bool {
         guard let text = values[name] else { return defaultValue }

@@ -51,6 +51,10 @@ struct AnalyzeCommand: AsyncParsableCommand {
 
         --only picks dimensions: loudness, key, rhythm, structure, pace, instruments.
 
+        --svg out.svg (one file only) also draws what was measured as a timeline: loudness (momentary and \
+        short-term), beats and bars, sections and segments, key ranges, instrument activity per family, and \
+        with the sound model the sound classes and speech ranges, on one time axis (see docs/analysis.md).
+
         Exit codes: 0 every file analysed; 2 some file could not be read, or the sound model could not be \
         loaded; 64 invalid usage. See docs/analysis.md.
         """
@@ -65,6 +69,9 @@ struct AnalyzeCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Sound model for instrument activity (default: see `earmark classify --help`).", valueName: "path"))
     var model: String?
 
+    @Option(help: ArgumentHelp("Also draw the analysis as an SVG timeline into this file (one input file only).", valueName: "out.svg"))
+    var svg: String?
+
     @Argument(help: ArgumentHelp("Audio files to analyse.", valueName: "file"))
     var files: [String]
 
@@ -76,6 +83,10 @@ struct AnalyzeCommand: AsyncParsableCommand {
         for a in asked ?? [] where !["loudness", "key", "rhythm", "structure", "pace", "instruments"].contains(a) {
             throw ValidationError("--only: unknown dimension '\(a)' (loudness, key, rhythm, structure, pace, instruments).")
         }
+        if svg != nil, files.count != 1 {
+            throw ValidationError("--svg draws one file's timeline; give exactly one file (got \(files.count)).")
+        }
+        if let svg, svg.isEmpty { throw ValidationError("--svg needs a file name.") }
     }
 
     mutating func run() async throws {
@@ -109,7 +120,16 @@ struct AnalyzeCommand: AsyncParsableCommand {
                 let report = AnalysisReport(path: file, loudness: f.loudness, key: wantKey ? .some(f.key) : nil,
                                             rhythm: wantRhythm ? .some(f.rhythm) : nil, structure: wantStructure ? .some(f.structure) : nil,
                                             pace: wantPace ? .some(f.pace) : nil, instruments: f.instruments, error: nil)
-                if !json { print(report.humanText) }
+                if let svg {
+                    let timeline = AnalysisTimeline(title: URL(fileURLWithPath: file).lastPathComponent, file: f)
+                    do {
+                        try writeTimeline(timeline.svg(), to: svg)
+                    } catch {
+                        writeStderr("earmark: error: \(describe(error))\n")
+                        throw ExitCode(2)
+                    }
+                }
+                if !json { print(report.humanText + (svg.map { "\n  timeline \($0)" } ?? "")) }
                 reports.append(report)
             } catch {
                 let message = describe(error, file: file)

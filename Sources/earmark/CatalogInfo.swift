@@ -18,7 +18,11 @@ struct CatalogInfoCommand: AsyncParsableCommand {
         maximumShortTerm, shortTermPerSecond, duration}, sound, key, rhythm, structure, pace and instruments \
         (docs/catalog.md lists them); {} when none was stored.
 
-        Exit code 2 when there is no track with that id, or the catalog cannot be opened.
+        --svg out.svg also draws the stored analysis as a timeline (loudness, beats and bars, sections, key \
+        ranges, instrument activity, sound classes and speech; the lanes of the kinds stored), the picture \
+        `GET /v1/tracks/{id}/timeline.svg` of `earmark serve` answers.
+
+        Exit code 2 when there is no track with that id, the catalog cannot be opened, or the SVG cannot be written.
         """
     )
 
@@ -27,15 +31,26 @@ struct CatalogInfoCommand: AsyncParsableCommand {
     @Argument(help: ArgumentHelp("Track id (see `earmark catalog list`).", valueName: "id"))
     var id: Int64
 
+    @Option(help: ArgumentHelp("Also draw the stored analysis as an SVG timeline into this file.", valueName: "out.svg"))
+    var svg: String?
+
+    func validate() throws {
+        if let svg, svg.isEmpty { throw ValidationError("--svg needs a file name.") }
+    }
+
     mutating func run() async throws {
         let options = options
-        let id = id
+        let (id, svg) = (id, svg)
         try await reportingErrors {
             let catalog = try options.openReadOnly()
             guard let track = try catalog.track(id: id) else {
                 throw CatalogError(.noSuchTrack, "no track with id \(id)", path: catalog.path)
             }
             let analyses = try catalog.analyses(trackID: id)
+            if let svg {
+                try writeTimeline(AnalysisTimeline(track: track, analyses: analyses).svg(emptyMessage: AnalysisTimeline.noStoredAnalysis),
+                                  to: svg)
+            }
             if options.json {
                 // The track object, plus "analysis": {kind: result} (each in its documented shape).
                 print(String(decoding: try trackInfoJSON(track, analyses: analyses, prettyPrinted: true), as: UTF8.self))
@@ -72,6 +87,7 @@ struct CatalogInfoCommand: AsyncParsableCommand {
                     guard let s = try? JSONDecoder().decode(InstrumentSummary.self, from: a.json) else { continue }
                     print(pad("instruments:", 11) + " " + s.summaryText)
                 }
+                if let svg { print(pad("timeline:", 11) + " " + svg) }
             }
         }
     }

@@ -86,6 +86,17 @@ func reportingErrors<T>(_ body: () async throws -> T) async throws -> T {
     }
 }
 
+/// Writes an SVG timeline (``AnalysisTimeline/svg(width:emptyMessage:)``) to `path`, replacing it.
+/// - Throws: ``CLIError`` naming the path when it cannot be written.
+func writeTimeline(_ svg: String, to path: String) throws {
+    let path = (path as NSString).expandingTildeInPath
+    do {
+        try Data(svg.utf8).write(to: URL(fileURLWithPath: path), options: .atomic)
+    } catch {
+        throw CLIError("\(path): cannot write the timeline: \(describe(error))")
+    }
+}
+
 // MARK: - Formatting
 
 /// `m:ss` (or `h:mm:ss` from one hour).

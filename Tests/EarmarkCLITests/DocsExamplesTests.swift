@@ -46,7 +46,6 @@ enum DocsHarness {
     /// First words a documented command may start with.
     static let allowedPrograms: Set<String> = ["earmark", "sox", "ffmpeg", "echo", "printf", "head", "tail", "cp", "rm",
                                                "sqlite3", "dd"]
-    static let ellipsis = "..."
 
     /// README.md and docs/*.md, relative to the repository root.
     static var documentFiles: [String] {
@@ -99,67 +98,6 @@ enum DocsHarness {
         return out
     }
 
-    // MARK: Matching output
-
-    /// Whether `actual` matches the expected lines (see the syntax at the top of this file).
-    static func matches(_ expected: [String], _ actual: [String]) -> Bool {
-        var memo: [Int: Bool] = [:]
-        func go(_ e: Int, _ a: Int) -> Bool {
-            let key = e * (actual.count + 1) + a
-            if let known = memo[key] { return known }
-            let result: Bool
-            if e == expected.count {
-                result = a == actual.count
-            } else if expected[e] == ellipsis {
-                result = (a...actual.count).contains { go(e + 1, $0) }
-            } else {
-                result = a < actual.count && lineMatches(expected[e], actual[a]) && go(e + 1, a + 1)
-            }
-            memo[key] = result
-            return result
-        }
-        return go(0, 0)
-    }
-
-    private static let approximate = try! NSRegularExpression(pattern: #"≈(-?[0-9]+(?:\.[0-9]+)?)(?:±([0-9]+(?:\.[0-9]+)?))?"#)
-    private static let numberPattern = #"(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)"#
-
-    static func lineMatches(_ pattern: String, _ actual: String) -> Bool {
-        guard pattern.contains(ellipsis) || pattern.contains("≈") else { return pattern == actual }
-        // Build a regular expression: literal text, `...` as any text, `≈x` / `≈x±t` as a captured number.
-        var regex = "^"
-        var tolerances: [(value: Double, tolerance: Double)] = []
-        let ns = pattern as NSString
-        var cursor = 0
-        func literal(_ s: String) {
-            let parts = s.components(separatedBy: ellipsis)
-            regex += parts.map { NSRegularExpression.escapedPattern(for: $0) }.joined(separator: ".*?")
-        }
-        for m in approximate.matches(in: pattern, range: NSRange(location: 0, length: ns.length)) {
-            literal(ns.substring(with: NSRange(location: cursor, length: m.range.location - cursor)))
-            let number = ns.substring(with: m.range(at: 1))
-            let tolerance: Double
-            if m.range(at: 2).location != NSNotFound {
-                tolerance = Double(ns.substring(with: m.range(at: 2)))!
-            } else {
-                let decimals = number.split(separator: ".").dropFirst().first?.count ?? 0
-                tolerance = pow(10, -Double(decimals)) * 1.000001
-            }
-            tolerances.append((Double(number)!, tolerance))
-            regex += numberPattern
-            cursor = m.range.location + m.range.length
-        }
-        literal(ns.substring(from: cursor))
-        regex += "$"
-        guard let re = try? NSRegularExpression(pattern: regex, options: [.dotMatchesLineSeparators]) else { return false }
-        let a = actual as NSString
-        guard let m = re.firstMatch(in: actual, range: NSRange(location: 0, length: a.length)) else { return false }
-        for (i, t) in tolerances.enumerated() {
-            guard let v = Double(a.substring(with: m.range(at: i + 1))), abs(v - t.value) <= t.tolerance else { return false }
-        }
-        return true
-    }
-
     // MARK: Running
 
     /// The folder every example starts from: `catalogs/demo.earcat` as tools/demo.sh builds it.
@@ -195,33 +133,24 @@ enum DocsHarness {
     /// Runs an example's commands as one bash script in a fresh folder; returns each step's output and status.
     static func run(_ example: DocExample, fixture f: Fixture) throws -> [StepResult] {
         let work = try TemporaryDirectory("docs-example")
-        let results = try TemporaryDirectory("docs-results")
         try FileManager.default.createDirectory(at: work.file("catalogs"), withIntermediateDirectories: true)
         try FileManager.default.copyItem(atPath: f.catalog, toPath: work.path("catalogs/demo.earcat"))
-        var script = "cd \(shellQuote(work.path))\n__s=0\n"
-        for (i, step) in example.steps.enumerated() {
-            let command = step.command.replacingOccurrences(of: "~/.cache/earmark-test-audio", with: shellQuote(f.audio))
-            script += "( exit $__s ); {\n\(command)\n} >\(shellQuote(results.path("\(i).out"))) 2>&1\n"
-            script += "__s=$?; echo $__s >\(shellQuote(results.path("\(i).status")))\n"
-        }
+        let commands = example.steps.map { $0.command.replacingOccurrences(of: "~/.cache/earmark-test-audio", with: ShellSteps.quoted(f.audio)) }
         let env: [String: String?] = [
             "PATH": f.binFolder + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"),
             "EARMARK_CATALOG": TestPaths.scratchRoot.appendingPathComponent("no-default-catalog.earcat").path,
             "EARMARK_MODEL": f.model, "EARMARK_BIN": nil, "LC_ALL": "C.UTF-8",
         ]
-        let out = try Run.process("/bin/bash", ["--noprofile", "--norc", "-c", script], environment: env, timeout: 600)
-        guard !out.timedOut else { throw TestSupportError("\(example.testDescription) timed out: \(out)") }
         let audioForms = [f.audio, (f.audio as NSString).resolvingSymlinksInPath]
-        return try example.steps.indices.map { i in
-            let status = Int32((try? String(contentsOfFile: results.path("\(i).status"), encoding: .utf8))?
-                .trimmingCharacters(in: .whitespacesAndNewlines) ?? "") ?? -1
-            var text = (try? String(contentsOfFile: results.path("\(i).out"), encoding: .utf8)) ?? ""
-            for a in Set(audioForms) { text = text.replacingOccurrences(of: a, with: "~/.cache/earmark-test-audio") }
-            text = text.replacingOccurrences(of: work.path, with: "$PWD")
-            var lines = text.components(separatedBy: "\n").map(\.trimmingTrailingWhitespace)
-            while lines.last == "" { lines.removeLast() }
-            guard status >= 0 else { throw TestSupportError("\(example.testDescription): step \(i) did not run: \(out)") }
-            return StepResult(output: lines, status: status)
+        do {
+            return try ShellSteps.run(commands, in: work.path, environment: env, timeout: 600).map { result in
+                var text = result.text
+                for a in Set(audioForms) { text = text.replacingOccurrences(of: a, with: "~/.cache/earmark-test-audio") }
+                text = text.replacingOccurrences(of: work.path, with: "$PWD")
+                return StepResult(output: ShellSteps.Result.lines(text), status: result.status)
+            }
+        } catch let e as TestSupportError {
+            throw TestSupportError("\(example.testDescription): \(e)")
         }
     }
 
@@ -230,7 +159,7 @@ enum DocsHarness {
         var out: [String] = []
         for (i, (step, result)) in zip(example.steps, results).enumerated() {
             let place = "\(example.file):\(step.line): $ \(step.command)"
-            if !matches(step.expected, result.output) {
+            if !OutputPattern.matches(step.expected, result.output) {
                 out.append("\(place)\n--- the document shows ---\n\(step.expected.joined(separator: "\n"))\n--- the command printed ---\n\(result.output.joined(separator: "\n"))")
             }
             let next = example.steps.indices.contains(i + 1) ? example.steps[i + 1].command : nil
@@ -242,7 +171,6 @@ enum DocsHarness {
     }
 }
 
-private func shellQuote(_ s: String) -> String { "'" + s.replacingOccurrences(of: "'", with: "'\\''") + "'" }
 
 extension String {
     var trimmingTrailingWhitespace: String {
@@ -277,19 +205,19 @@ struct DocsExamplesTests {
 
     @Test("the output patterns: exact lines, ... for lines and text, ≈ for numbers")
     func patterns() {
-        #expect(DocsHarness.matches(["a", "b"], ["a", "b"]))
-        #expect(!DocsHarness.matches(["a", "b"], ["a", "c"]))
-        #expect(!DocsHarness.matches(["a"], ["a", "b"]))
-        #expect(DocsHarness.matches(["a", "...", "d"], ["a", "b", "c", "d"]))
-        #expect(DocsHarness.matches(["a", "...", "d"], ["a", "d"]))
-        #expect(DocsHarness.matches([], []))
-        #expect(!DocsHarness.matches([], ["x"]))
-        #expect(DocsHarness.lineMatches("in ... s (...× real-time)", "in 6.3 s (83× real-time)"))
-        #expect(DocsHarness.lineMatches("loudness ≈-13.5 LUFS", "loudness -13.4 LUFS"))
-        #expect(!DocsHarness.lineMatches("loudness ≈-13.5 LUFS", "loudness -13.3 LUFS"))
-        #expect(DocsHarness.lineMatches("score ≈252±10 (runner-up 5)", "score 244 (runner-up 5)"))
-        #expect(!DocsHarness.lineMatches("score ≈252±10 (runner-up 5)", "score 240 (runner-up 5)"))
-        #expect(!DocsHarness.lineMatches("a (b) [c]", "a b c"))
+        #expect(OutputPattern.matches(["a", "b"], ["a", "b"]))
+        #expect(!OutputPattern.matches(["a", "b"], ["a", "c"]))
+        #expect(!OutputPattern.matches(["a"], ["a", "b"]))
+        #expect(OutputPattern.matches(["a", "...", "d"], ["a", "b", "c", "d"]))
+        #expect(OutputPattern.matches(["a", "...", "d"], ["a", "d"]))
+        #expect(OutputPattern.matches([], []))
+        #expect(!OutputPattern.matches([], ["x"]))
+        #expect(OutputPattern.lineMatches("in ... s (...× real-time)", "in 6.3 s (83× real-time)"))
+        #expect(OutputPattern.lineMatches("loudness ≈-13.5 LUFS", "loudness -13.4 LUFS"))
+        #expect(!OutputPattern.lineMatches("loudness ≈-13.5 LUFS", "loudness -13.3 LUFS"))
+        #expect(OutputPattern.lineMatches("score ≈252±10 (runner-up 5)", "score 244 (runner-up 5)"))
+        #expect(!OutputPattern.lineMatches("score ≈252±10 (runner-up 5)", "score 240 (runner-up 5)"))
+        #expect(!OutputPattern.lineMatches("a (b) [c]", "a b c"))
     }
 
     @Test("a stale example fails: the harness compares what the tool prints with the document")

@@ -3,7 +3,8 @@ import EarmarkTestSupport
 import Foundation
 import Testing
 
-/// The page of `earmark serve` in headless Chromium (tools/browser-test.py): a picked file is identified, and
+/// The page of `earmark serve` in headless Chromium (tools/browser-test.py): a picked file is identified (and its
+/// track's timeline shown with the matched stretch highlighted), and
 /// Listen, with a fake microphone playing a catalog track, shows that track within 10 s. tools/setup.sh installs
 /// chromium and python3-websocket, so CI runs it; elsewhere it is skipped when they are missing.
 @Suite struct BrowserTests {
@@ -28,5 +29,7 @@ import Testing
         #expect(output.status == 0, "\(output)")
         #expect(output.stdoutText.contains("listen: the page shows 'pingus-4'"), "\(output)")
         #expect(output.stdoutText.contains("file: the page shows 'pingus-4'"), "\(output)")
+        #expect(output.stdoutText.contains("track: the page shows the timeline of 'pingus-4' with the matched stretch highlighted"),
+                "\(output)")
     }
 }

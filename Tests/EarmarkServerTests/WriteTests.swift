@@ -115,7 +115,7 @@ import Testing
         let cli = try await HTTPTestClient.onDispatchThread { () -> ProcessOutput in
             let added = try EarmarkCLI.run(["catalog", "add", "--analyze", "--model", model, "--catalog", other, song.path])
             guard added.status == 0 else { return added }
-            return try EarmarkCLI.run(["catalog", "info", "1", "--json", "--catalog", other])
+            return try EarmarkCLI.run(["catalog", "info", "1", "--json", "--catalog", other, "--svg", scene.folder.path("cli.svg")])
         }
         #expect(cli.status == 0, "\(cli)")
         let expected = try #require(try JSONSerialization.jsonObject(with: cli.stdout) as? [String: Any])
@@ -133,6 +133,12 @@ import Testing
             #expect(analysis as NSDictionary == expected["analysis"] as? NSDictionary)
             #expect(added.object["landmarkCount"] as? Int == expected["landmarkCount"] as? Int)
             #expect(added.object["contentHash"] as? String == expected["contentHash"] as? String)
+            // The same picture as `catalog info --svg` draws, every lane there.
+            let id = try #require(added.object["id"] as? Int)
+            let picture = try await server.get("/v1/tracks/\(id)/timeline.svg")
+            #expect(picture.status == 200)
+            #expect(picture.body == (try Data(contentsOf: scene.folder.file("cli.svg"))))
+            #expect(try SVGDocument(picture.body).lanes == ["loudness", "beats", "sections", "key", "instruments", "sounds", "speech"])
         }
     }
 
