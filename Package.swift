@@ -2,7 +2,8 @@
 import PackageDescription
 
 // Pipeline: C shims ← EarmarkAudio (+ EarmarkCapture: microphones), EarmarkDSP ← EarmarkSignature ← EarmarkCatalog ← EarmarkMatching
-// ← EarmarkStreaming (live sessions); EarmarkAnalysis (music metadata), EarmarkClassification (sound classes) ← EarmarkKit
+// ← EarmarkStreaming (live sessions); EarmarkAnalysis (music metadata), EarmarkClassification (sound classes), EarmarkSpeech
+// (speech to text) ← EarmarkKit
 // ← EarmarkServer (HTTP API) ← earmark (CLI). Every C library comes from Debian through a system-library target.
 let package = Package(
     name: "Earmark",
@@ -53,9 +54,11 @@ let package = Package(
         // The instrument head (tools/train-instrument-head.sh) ships as a resource; InstrumentHead finds the bundle itself.
         .target(name: "EarmarkClassification", dependencies: ["COpenBLAS", "EarmarkAudio", "EarmarkDSP"],
                 resources: [.copy("Resources/instrument-head.json")]),
+        // Speech to text: Whisper base in Float32 on OpenBLAS (model made by tools/fetch-speech-model.sh).
+        .target(name: "EarmarkSpeech", dependencies: ["COpenBLAS", "EarmarkAudio", "EarmarkDSP"]),
         .target(name: "EarmarkKit", dependencies: [
             "EarmarkAudio", "EarmarkSignature", "EarmarkCatalog", "EarmarkMatching", "EarmarkStreaming", "EarmarkAnalysis",
-            "EarmarkClassification",
+            "EarmarkClassification", "EarmarkSpeech",
         ]),
         // `earmark serve`: the HTTP API over one warm catalog (Hummingbird 2).
         .target(name: "EarmarkServer", dependencies: [
@@ -85,6 +88,7 @@ let package = Package(
         .testTarget(name: "EarmarkMatchingTests", dependencies: ["EarmarkMatching", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkSyntheticTests", dependencies: ["EarmarkSynthetic", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkAnalysisTests", dependencies: ["EarmarkAnalysis", "EarmarkTestSupport"]),
+        .testTarget(name: "EarmarkSpeechTests", dependencies: ["EarmarkSpeech", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkClassificationTests", dependencies: ["EarmarkClassification", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkStreamingTests", dependencies: ["EarmarkStreaming", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkKitTests", dependencies: ["EarmarkKit", "EarmarkTestSupport"]),

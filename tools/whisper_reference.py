@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """Reference Whisper results for Earmark's speech tests: numpy log-mel, CTranslate2 encoder and greedy tokens.
 
-    whisper_reference.py [--source DIR] [--language CODE|auto] SAMPLES.f32 OUTDIR
+    whisper_reference.py [--source DIR] [--language CODE|auto] SAMPLES.f32... OUTDIR
 
-SAMPLES.f32 holds mono 16-kHz audio as raw little-endian float32 (the Swift test writes what its own
-decoder and resampler made, so both sides start from the same samples). OUTDIR gets:
+Each SAMPLES.f32 holds mono 16-kHz audio as raw little-endian float32 (the Swift test writes what its
+own decoder and resampler made, so both sides start from the same samples). OUTDIR/NAME/ (NAME: the
+file's name without .f32) gets:
 
-    mel.f32        80 x 3000 float32, row = mel band: the first 30-s window of Whisper's log-mel
-                   spectrogram of the audio followed by 30 s of zeros, computed here in float64 with numpy
-                   (periodic Hann 400, hop 160, reflect-padded centred frames, |rfft|^2, 80 Slaney-normalised
-                   Slaney-scale mel filters up to 8 kHz, log10 floored at 1e-10, clamped to max - 8, (x + 4) / 4)
+    mel.f32        3000 x 80 float32, row = frame: the first 30-s window of Whisper's log-mel spectrogram,
+                   computed here in float64 with numpy as Whisper's transcribe does (audio followed by 30 s of
+                   zeros; periodic Hann 400, hop 160, reflect-padded centred frames, |rfft|^2, 80
+                   Slaney-normalised Slaney-scale mel filters up to 8 kHz, log10 floored at 1e-10, clamped to
+                   max - 8, (x + 4) / 4), frames past the audio's samples/160 set to 0 (Whisper's padding)
     encoder.f32    1500 x 512 float32: CTranslate2's encoder output for mel.f32
     result.json    {"language", "languageProbability", "tokens", "noSpeechProbability"}: CTranslate2's
                    language detection (or the given language) and its greedy tokens (beam 1) after the
@@ -66,41 +68,54 @@ def log_mel(samples):
     mel = mel_filters() @ power.T
     spec = np.log10(np.maximum(mel, 1e-10))
     spec = np.maximum(spec, spec.max() - 8.0)
-    return ((spec + 4.0) / 4.0)[:, :CHUNK_FRAMES]
+    spec = (spec + 4.0) / 4.0
+    content = len(samples) // HOP
+    window = np.zeros((N_MELS, CHUNK_FRAMES))
+    window[:, :min(content, CHUNK_FRAMES)] = spec[:, :min(content, CHUNK_FRAMES)]
+    return window
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="whisper_reference.py", description=__doc__.split("\n")[0])
-    p.add_argument("samples")
-    p.add_argument("outdir")
+    p.add_argument("paths", nargs="+", metavar="SAMPLES.f32... OUTDIR")
     p.add_argument("--source", default=default_source())
     p.add_argument("--language", default="auto")
     a = p.parse_args(argv)
+    if len(a.paths) < 2:
+        p.error("expected SAMPLES.f32... OUTDIR")
     import ctranslate2
 
-    samples = np.fromfile(a.samples, dtype="<f4")
-    mel = log_mel(samples).astype(np.float32)
-    os.makedirs(a.outdir, exist_ok=True)
-    mel.tofile(os.path.join(a.outdir, "mel.f32"))
     model = ctranslate2.models.Whisper(a.source, device="cpu", compute_type="float32", intra_threads=1, inter_threads=1)
-    features = ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None]))
-    encoded = np.array(model.encode(features, to_cpu=True))
-    encoded[0].astype("<f4").tofile(os.path.join(a.outdir, "encoder.f32"))
     with open(os.path.join(a.source, "vocabulary.txt"), encoding="utf-8") as f:
         vocab = f.read().split("\n")
-    if a.language == "auto":
+    for path in a.paths[:-1]:
+        name = os.path.basename(path)
+        name = name[:-4] if name.endswith(".f32") else name
+        run(model, vocab, np.fromfile(path, dtype="<f4"), os.path.join(a.paths[-1], name), a.language)
+    return 0
+
+
+def run(model, vocab, samples, outdir, language):
+    import ctranslate2
+
+    mel = log_mel(samples).astype(np.float32)
+    os.makedirs(outdir, exist_ok=True)
+    np.ascontiguousarray(mel.T).astype("<f4").tofile(os.path.join(outdir, "mel.f32"))
+    features = ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None]))
+    encoded = np.array(model.encode(features, to_cpu=True))
+    encoded[0].astype("<f4").tofile(os.path.join(outdir, "encoder.f32"))
+    if language == "auto":
         ranked = model.detect_language(features)[0]
         language, probability = ranked[0][0][2:-2], float(ranked[0][1])
     else:
-        language, probability = a.language, 1.0
+        probability = 1.0
     prompt = [vocab.index("<|startoftranscript|>"), vocab.index(f"<|{language}|>"), vocab.index("<|transcribe|>")]
     result = model.generate(features, [prompt], beam_size=1, return_no_speech_prob=True, max_length=448,
                             suppress_blank=True, suppress_tokens=[-1], max_initial_timestamp_index=50)[0]
-    with open(os.path.join(a.outdir, "result.json"), "w") as f:
+    with open(os.path.join(outdir, "result.json"), "w") as f:
         json.dump({"language": language, "languageProbability": probability,
                    "tokens": [int(t) for t in result.sequences_ids[0]],
                    "noSpeechProbability": float(result.no_speech_prob)}, f)
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,275 @@
+import Foundation
+
+/// How to transcribe.
+public struct TranscriptionOptions: Sendable, Equatable {
+    /// Whisper's language code ("en", "fr", …), or nil to detect it on the first window.
+    public var language: String?
+    /// Most tokens sampled per 30-s window (224, CTranslate2's and Whisper's half of the text context).
+    public var maximumTokensPerWindow = 224
+    /// Latest time the first timestamp of a window may name, in 0.02-s steps (50 = 1 s, Whisper's default).
+    public var maximumInitialTimestampIndex = 50
+    /// A window whose no-speech probability is above this, and whose mean token log-probability is below
+    /// ``logProbabilityThreshold``, is taken as silence (Whisper's defaults 0.6 and −1).
+    public var noSpeechThreshold: Double? = 0.6
+    public var logProbabilityThreshold = -1.0
+
+    public init(language: String? = nil) {
+        self.language = language
+    }
+}
+
+/// A stretch of a transcript with its times in the recording.
+public struct TranscriptSegment: Codable, Sendable, Equatable {
+    /// Seconds from the start of the recording.
+    public var start: Double
+    public var end: Double
+    public var text: String
+    /// Text and time tokens as sampled (time tokens relative to the segment's window).
+    public var tokens: [Int]
+}
+
+/// What a recording says.
+public struct Transcription: Codable, Sendable, Equatable {
+    /// Whisper's code of the language transcribed.
+    public var language: String
+    /// Probability of that language from detection (1 when it was given).
+    public var languageProbability: Double
+    public var segments: [TranscriptSegment]
+    /// Seconds of audio transcribed.
+    public var duration: Double
+
+    /// The segments' text joined (Whisper's segments carry their own leading spaces), trimmed.
+    public var text: String {
+        segments.map(\.text).joined().trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+}
+
+/// The greedy decoding of one 30-s window.
+public struct WindowDecoding: Sendable, Equatable {
+    public var language: String
+    public var languageProbability: Double
+    /// Probability of `<|nocaptions|>` right after `<|startoftranscript|>`.
+    public var noSpeechProbability: Double
+    /// Sampled tokens after the prompt, without the final `<|endoftext|>`.
+    public var tokens: [Int]
+    /// Mean log-probability of the sampled tokens (the final end of text included).
+    public var averageLogProbability: Double
+}
+
+/// Speech to text with Whisper: the log-mel front end, the network and greedy decoding with timestamps.
+///
+/// Decoding follows what CTranslate2 (and OpenAI's Whisper) do at beam size 1: the prompt
+/// `<|startoftranscript|><|language|><|transcribe|>`; the model's suppressed tokens at every step, a
+/// blank and end of text at the first; timestamps first, at most 1 s into the window, in pairs and
+/// never going back; a timestamp whenever the timestamps together are likelier than any text token.
+/// Long recordings are read in 30-s windows that follow the last complete timestamp pair, as Whisper's
+/// `transcribe` does. An instance is not thread-safe; give each thread its own.
+///
+/// ```swift
+/// let recognizer = WhisperRecognizer(model: try SpeechModel(path: path))
+/// let transcript = recognizer.transcribe(samples: samples16k)
+/// print(transcript.text)
+/// ```
+public final class WhisperRecognizer {
+    public let model: SpeechModel
+    public let network: WhisperNetwork
+    public let frontEnd: WhisperFrontEnd
+    private var scratch: [Float]
+    private var disabled: [Bool]
+
+    public init(model: SpeechModel) {
+        self.model = model
+        network = WhisperNetwork(model: model)
+        frontEnd = WhisperFrontEnd(spec: model.frontEnd)
+        scratch = [Float](repeating: 0, count: model.architecture.vocabularySize)
+        disabled = [Bool](repeating: false, count: model.architecture.vocabularySize)
+    }
+
+    /// Sample rate the recogniser reads, Hz (16,000).
+    public var sampleRate: Int { model.frontEnd.sampleRate }
+
+    /// Transcribes mono samples at ``sampleRate``. `progress` gets the fraction done after each window.
+    public func transcribe(samples: [Float], options: TranscriptionOptions = TranscriptionOptions(),
+                           progress: ((Double) -> Void)? = nil) throws -> Transcription {
+        if let code = options.language, model.language(code: code) == nil {
+            throw SpeechModelError(.inconsistent, "the model does not know the language '\(code)'")
+        }
+        let spec = model.frontEnd
+        let mel = frontEnd.spectrogram(samples)
+        let secondsPerFrame = Double(spec.hopLength) / Double(spec.sampleRate)
+        var segments: [TranscriptSegment] = []
+        var language = options.language, languageProbability = 1.0
+        var seek = 0
+        while seek < mel.frames {
+            let size = min(spec.chunkFrames, mel.frames - seek)
+            let window = mel.window(start: seek, length: spec.chunkFrames)
+            let result = decode(window: window, language: language, options: options)
+            if language == nil {
+                language = result.language
+                languageProbability = result.languageProbability
+            }
+            let offset = Double(seek) * secondsPerFrame
+            if let threshold = options.noSpeechThreshold, result.noSpeechProbability > threshold,
+               result.averageLogProbability < options.logProbabilityThreshold {
+                seek += size
+                progress?(Double(seek) / Double(mel.frames))
+                continue
+            }
+            let (found, advance) = WhisperRecognizer.segments(result.tokens, tokenizer: model.tokenizer, offset: offset,
+                                                              windowFrames: size, secondsPerFrame: secondsPerFrame)
+            segments += found.filter { !$0.text.trimmingCharacters(in: .whitespaces).isEmpty }
+            seek += max(1, advance)
+            progress?(Double(min(seek, mel.frames)) / Double(max(1, mel.frames)))
+        }
+        return Transcription(language: language ?? "en", languageProbability: languageProbability, segments: segments,
+                             duration: Double(samples.count) / Double(spec.sampleRate))
+    }
+
+    /// Splits a window's tokens at its timestamp pairs (Whisper's rule) and says how many mel frames to move on.
+    static func segments(_ tokens: [Int], tokenizer: WhisperTokenizer, offset: Double, windowFrames: Int,
+                         secondsPerFrame: Double) -> ([TranscriptSegment], Int) {
+        let isTime = tokens.map { tokenizer.isTimestamp($0) }
+        let framesPerStep = Int((0.02 / secondsPerFrame).rounded())
+        let singleEnding = isTime.count >= 2 && !isTime[isTime.count - 2] && isTime[isTime.count - 1]
+        var cuts = (1..<max(1, tokens.count)).filter { isTime[$0 - 1] && isTime[$0] }
+        var found: [TranscriptSegment] = []
+        if !cuts.isEmpty {
+            if singleEnding { cuts.append(tokens.count) }
+            var last = 0
+            for cut in cuts {
+                let piece = Array(tokens[last..<cut])
+                let start = offset + tokenizer.time(of: piece.first!), end = offset + tokenizer.time(of: piece.last!)
+                found.append(TranscriptSegment(start: start, end: end, text: tokenizer.decode(piece), tokens: piece))
+                last = cut
+            }
+            if singleEnding { return (found, windowFrames) }
+            return (found, (tokens[last - 1] - tokenizer.special.timestampBegin) * framesPerStep)
+        }
+        var duration = Double(windowFrames) * secondsPerFrame
+        if let lastTime = tokens.last(where: { tokenizer.isTimestamp($0) }), lastTime != tokenizer.special.timestampBegin {
+            duration = tokenizer.time(of: lastTime)
+        }
+        if !tokens.isEmpty {
+            found.append(TranscriptSegment(start: offset, end: offset + duration, text: tokenizer.decode(tokens), tokens: tokens))
+        }
+        return (found, windowFrames)
+    }
+
+    /// Encodes one window (`chunkFrames × melBands`, frame-major) and returns the encoder's output
+    /// (`audioContext × audioState`).
+    public func encode(window: [Float]) -> [Float] {
+        precondition(window.count == model.frontEnd.chunkFrames * model.frontEnd.melBands)
+        window.withUnsafeBufferPointer { network.encode(window: $0.baseAddress!) }
+        let count = model.architecture.audioContext * model.architecture.audioState
+        return Array(UnsafeBufferPointer(start: network.encoded, count: count))
+    }
+
+    /// Encodes one window and decodes it greedily: language detection (when `language` is nil), then tokens.
+    public func decode(window: [Float], language: String?, options: TranscriptionOptions = TranscriptionOptions()) -> WindowDecoding {
+        precondition(window.count == model.frontEnd.chunkFrames * model.frontEnd.melBands)
+        window.withUnsafeBufferPointer { network.encode(window: $0.baseAddress!) }
+        network.prepareDecoder()
+        let special = model.special, vocabularySize = model.architecture.vocabularySize
+        // <|startoftranscript|>: its logits give the language and the no-speech probability.
+        let first = network.step(special.startOfTranscript)
+        let noSpeech = Double(WhisperRecognizer.probability(of: special.noSpeech, logits: first, count: vocabularySize))
+        var chosen: WhisperLanguage
+        var languageProbability = 1.0
+        if let code = language, let known = model.language(code: code) {
+            chosen = known
+        } else {
+            var top = -Float.infinity
+            for l in model.languages { top = max(top, first[l.token]) }
+            var sum: Double = 0
+            for l in model.languages { sum += exp(Double(first[l.token] - top)) }
+            chosen = model.languages[0]
+            var best = -Float.infinity
+            for l in model.languages where first[l.token] > best {
+                best = first[l.token]
+                chosen = l
+            }
+            languageProbability = 1 / sum
+        }
+        network.step(chosen.token)
+        var logits = network.step(special.transcribe)
+        var tokens: [Int] = []
+        var logProbabilitySum = 0.0
+        let limit = min(options.maximumTokensPerWindow, model.architecture.textContext - network.position)
+        while tokens.count < limit {
+            applyRules(logits, sampled: tokens, options: options)
+            var best = 0
+            var bestValue = -Float.infinity
+            for i in 0..<vocabularySize where logits[i] > bestValue {
+                bestValue = logits[i]
+                best = i
+            }
+            logProbabilitySum += Double(bestValue) - WhisperRecognizer.logSumExp(logits, count: vocabularySize)
+            if best == special.endOfText || network.position >= model.architecture.textContext { break }
+            tokens.append(best)
+            logits = network.step(best)
+        }
+        return WindowDecoding(language: chosen.code, languageProbability: languageProbability, noSpeechProbability: noSpeech,
+                              tokens: tokens, averageLogProbability: logProbabilitySum / Double(tokens.count + 1))
+    }
+
+    /// Sets the logits of every token that may not come next to −∞ (CTranslate2's order: suppressed tokens,
+    /// tokens suppressed at the start, then the timestamp rules).
+    private func applyRules(_ logits: UnsafeMutablePointer<Float>, sampled: [Int], options: TranscriptionOptions) {
+        let special = model.special, n = model.architecture.vocabularySize
+        let tsBegin = special.timestampBegin
+        for i in 0..<n { disabled[i] = false }
+        for id in model.suppressTokens { disabled[id] = true }
+        disabled[special.noTimestamps] = true
+        var checkTimestamps = false
+        if sampled.isEmpty {
+            for id in model.suppressAtBegin { disabled[id] = true }
+            for i in 0..<tsBegin { disabled[i] = true }
+            let lastAllowed = tsBegin + options.maximumInitialTimestampIndex
+            if lastAllowed + 1 < n { for i in (lastAllowed + 1)..<n { disabled[i] = true } }
+        } else {
+            let last = sampled[sampled.count - 1]
+            if last >= tsBegin {
+                let penultimate = sampled.count >= 2 ? sampled[sampled.count - 2] : last
+                if penultimate >= tsBegin {
+                    for i in tsBegin..<n { disabled[i] = true }
+                } else {
+                    for i in 0..<special.endOfText { disabled[i] = true }
+                    checkTimestamps = true
+                }
+            } else {
+                checkTimestamps = true
+            }
+            if let lastTime = sampled.last(where: { $0 >= tsBegin }) {
+                for i in tsBegin..<lastTime { disabled[i] = true }
+            }
+        }
+        for i in 0..<n where disabled[i] { logits[i] = -.infinity }
+        if checkTimestamps {
+            var topText = -Float.infinity
+            for i in 0..<tsBegin { topText = max(topText, logits[i]) }
+            var topTime = -Float.infinity
+            for i in tsBegin..<n { topTime = max(topTime, logits[i]) }
+            if topTime > -.infinity {
+                var sum: Double = 0
+                for i in tsBegin..<n { sum += exp(Double(logits[i] - topTime)) }
+                let timeLogSum = Double(topTime) + log(sum)
+                if timeLogSum > Double(topText) {
+                    for i in 0..<tsBegin { logits[i] = -.infinity }
+                }
+            }
+        }
+    }
+
+    static func logSumExp(_ x: UnsafePointer<Float>, count: Int) -> Double {
+        var top = -Float.infinity
+        for i in 0..<count { top = max(top, x[i]) }
+        guard top > -.infinity else { return -.infinity }
+        var sum: Double = 0
+        for i in 0..<count { sum += exp(Double(x[i] - top)) }
+        return Double(top) + log(sum)
+    }
+
+    static func probability(of id: Int, logits: UnsafePointer<Float>, count: Int) -> Float {
+        Float(exp(Double(logits[id]) - logSumExp(logits, count: count)))
+    }
+}
