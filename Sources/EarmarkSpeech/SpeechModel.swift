@@ -175,7 +175,9 @@ public struct SpeechModel: Sendable {
             let blob = UnsafeRawBufferPointer(rebasing: raw[blobStart...])
             guard SpeechModel.checksum(blob) == header.blobChecksum.lowercased() else { throw bad("checksum mismatch (damaged weights)") }
             let expected = try SpeechModel.expectedShapes(header, inconsistent)
-            let weights = WeightStorage(count: expected.values.reduce(0) { $0 + $1.reduce(1, *) })
+            let total = expected.values.reduce(0) { $0 + $1.reduce(1, *) }
+            guard total <= blob.count / 2 else { throw inconsistent("the file holds fewer weights than its architecture needs") }
+            let weights = WeightStorage(count: total)
             for (tensorName, shape) in expected.sorted(by: { $0.key < $1.key }) {
                 guard let entry = header.tensors[tensorName] else { throw inconsistent("no tensor \(tensorName)") }
                 guard entry.shape == shape else { throw inconsistent("\(tensorName) has shape \(entry.shape), the architecture needs \(shape)") }
@@ -247,7 +249,7 @@ public struct SpeechModel: Sendable {
               (1...4096).contains(a.textContext), (1...200_000).contains(a.vocabularySize),
               (1...512).contains(a.melBands), a.melBands == fe.melBands,
               fe.sampleRate == 16_000, (16...4096).contains(fe.fftLength), (1...4096).contains(fe.hopLength),
-              (1...60).contains(fe.chunkSeconds), fe.chunkFrames >= 2, fe.chunkFrames % 2 == 0,
+              (1...60).contains(fe.chunkSeconds), (2...6000).contains(fe.chunkFrames), fe.chunkFrames % 2 == 0,
               a.audioContext == fe.chunkFrames / 2
         else { throw inconsistent("architecture or front end out of range") }
         let s = header.special

@@ -168,6 +168,11 @@ public final class WhisperRecognizer {
     public func decode(window: [Float], language: String?, options: TranscriptionOptions = TranscriptionOptions()) -> WindowDecoding {
         precondition(window.count == model.frontEnd.chunkFrames * model.frontEnd.melBands)
         window.withUnsafeBufferPointer { network.encode(window: $0.baseAddress!) }
+        return decodeEncodedWindow(language: language, options: options)
+    }
+
+    /// Decodes the window the network encoded last (``encode(window:)`` or ``decode(window:language:options:)``) again.
+    public func decodeEncodedWindow(language: String?, options: TranscriptionOptions = TranscriptionOptions()) -> WindowDecoding {
         network.prepareDecoder()
         let special = model.special, vocabularySize = model.architecture.vocabularySize
         // <|startoftranscript|>: its logits give the language and the no-speech probability.
