@@ -323,3 +323,38 @@ final class WeightStorage: @unchecked Sendable {
 
     func pointer(_ name: String) -> UnsafePointer<Float> { UnsafePointer(base + offsets[name]!) }
 }
+
+extension SpeechModel {
+    /// File name of the default model.
+    public static let defaultFileName = "whisper-base.emodel"
+
+    /// Where the default model is looked for, in order: `$EARMARK_SPEECH_MODEL`; `models/whisper-base.emodel`
+    /// in the folder of the executable or any of its parents (a build inside the source tree finds the tree's
+    /// `models/`, where tools/fetch-speech-model.sh puts it); the same in the working directory;
+    /// `$XDG_DATA_HOME/earmark/models/` (else `~/.local/share/earmark/models/`).
+    public static func defaultPathCandidates() -> [String] {
+        let env = ProcessInfo.processInfo.environment
+        if let explicit = env["EARMARK_SPEECH_MODEL"], !explicit.isEmpty { return [explicit] }
+        var out: [String] = []
+        var dir = URL(fileURLWithPath: CommandLine.arguments.first ?? ".").resolvingSymlinksInPath().deletingLastPathComponent()
+        for _ in 0..<6 {
+            out.append(dir.appendingPathComponent("models/\(defaultFileName)").path)
+            dir = dir.deletingLastPathComponent()
+        }
+        out.append(FileManager.default.currentDirectoryPath + "/models/\(defaultFileName)")
+        let data = env["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? ((env["HOME"] ?? NSHomeDirectory()) + "/.local/share")
+        out.append(data + "/earmark/models/\(defaultFileName)")
+        return out
+    }
+
+    /// Loads `path`, or the first default candidate that exists; a missing default names every place it looked.
+    public static func load(path: String?) throws -> SpeechModel {
+        if let path { return try SpeechModel(path: path) }
+        let places = defaultPathCandidates()
+        guard let found = places.first(where: { FileManager.default.fileExists(atPath: $0) }) else {
+            throw SpeechModelError(.notFound, "no speech model found (looked in \(places.joined(separator: ", "))); "
+                                   + "run tools/fetch-speech-model.sh to fetch and convert Whisper base, or pass --model")
+        }
+        return try SpeechModel(path: found)
+    }
+}

@@ -1,0 +1,155 @@
+import ArgumentParser
+import EarmarkKit
+import Foundation
+
+struct TranscribeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "transcribe",
+        abstract: "Say what is said in a file: text with time ranges (Whisper base, on this machine).",
+        discussion: """
+        Runs the Whisper base speech recogniser (fetched and converted once by tools/fetch-speech-model.sh) \
+        over the audio in 30-s windows and prints the transcript, one segment a line with its time range. \
+        Decoding is greedy (beam search comes later), with timestamps; the language is detected on the first \
+        window unless --language names it.
+
+        --format json (or --json): {path, model, language, languageProbability, duration, text, segments: \
+        [{start, end, text}], error}; an array for several files.
+
+        The model is --model PATH, else $EARMARK_SPEECH_MODEL, else models/whisper-base.emodel beside the \
+        executable's source tree or in the working directory, else ~/.local/share/earmark/models/whisper-base.emodel.
+
+        Exit codes: 0 every file transcribed; 2 a file or the model could not be read.
+        """
+    )
+
+    enum Format: String, ExpressibleByArgument, CaseIterable {
+        case text, json
+    }
+
+    @Option(help: ArgumentHelp("Language code (en, fr, es, …) or auto to detect it.", valueName: "code"))
+    var language: String = "auto"
+
+    @Option(help: ArgumentHelp("Output format: text or json.", valueName: "format"))
+    var format: Format = .text
+
+    @Flag(help: "Same as --format json.")
+    var json = false
+
+    @Option(help: ArgumentHelp("Speech model file (.emodel).", valueName: "path"))
+    var model: String?
+
+    @Argument(help: ArgumentHelp("Audio files to transcribe.", valueName: "file"))
+    var files: [String] = []
+
+    func validate() throws {
+        if files.isEmpty { throw ValidationError("Give at least one audio file.") }
+        if language.isEmpty { throw ValidationError("--language needs a code such as en, or auto.") }
+    }
+
+    mutating func run() async throws {
+        let speechModel: SpeechModel
+        do {
+            speechModel = try SpeechModel.load(path: model)
+        } catch {
+            writeStderr("earmark: error: \(error)\n")
+            throw ExitCode(2)
+        }
+        let code = language == "auto" ? nil : language.lowercased()
+        if let code, speechModel.language(code: code) == nil {
+            throw ValidationError("--language \(language): the model does not know it (codes such as en, fr, es, de; or auto).")
+        }
+        let asJSON = json || format == .json
+        let recognizer = WhisperRecognizer(model: speechModel)
+        var reports: [TranscriptReport] = []
+        var failed = 0
+        for file in files {
+            let bar = stderrIsTerminal ? FractionProgress(label: PathName.last(file)) : nil
+            do {
+                let samples = try SpeechAudio.load(path: file, sampleRate: recognizer.sampleRate)
+                let result = try recognizer.transcribe(samples: samples, options: TranscriptionOptions(language: code)) { bar?.update($0) }
+                bar?.finish()
+                let report = TranscriptReport(path: file, model: speechModel.name, result: result)
+                if !asJSON { print(report.humanText) }
+                reports.append(report)
+            } catch {
+                bar?.finish()
+                let message = describe(error, file: file)
+                writeStderr(message + "\n")
+                reports.append(TranscriptReport(path: file, model: speechModel.name, error: message))
+                failed += 1
+            }
+        }
+        if asJSON { if files.count == 1 { try printJSON(reports[0]) } else { try printJSON(reports) } }
+        if failed > 0 { throw ExitCode(2) }
+    }
+}
+
+/// A live "name: 42 %" line on standard error.
+final class FractionProgress {
+    let label: String
+    init(label: String) { self.label = label }
+    func update(_ fraction: Double) {
+        writeStderr("\r\(label): \(Int((fraction * 100).rounded())) % transcribed\u{1B}[K")
+    }
+    func finish() { writeStderr("\r\u{1B}[K") }
+}
+
+struct TranscriptReport: Encodable {
+    struct Segment: Encodable {
+        var start: Double
+        var end: Double
+        var text: String
+    }
+    var path: String
+    var model: String
+    var language: String?
+    var languageProbability: Double?
+    var duration: Double?
+    var text: String?
+    var segments: [Segment] = []
+    var error: String?
+
+    init(path: String, model: String, result: Transcription) {
+        self.path = path
+        self.model = model
+        language = result.language
+        languageProbability = result.languageProbability
+        duration = result.duration
+        text = result.text
+        segments = result.segments.map { Segment(start: $0.start, end: $0.end, text: $0.text.trimmingCharacters(in: .whitespaces)) }
+    }
+
+    init(path: String, model: String, error: String) {
+        self.path = path
+        self.model = model
+        self.error = error
+    }
+
+    enum CodingKeys: String, CodingKey { case path, model, language, languageProbability, duration, text, segments, error }
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(path, forKey: .path)
+        try c.encode(model, forKey: .model)
+        try c.encode(language, forKey: .language)
+        try c.encode(languageProbability, forKey: .languageProbability)
+        try c.encode(duration, forKey: .duration)
+        try c.encode(text, forKey: .text)
+        try c.encode(segments, forKey: .segments)
+        try c.encode(error, forKey: .error)
+    }
+
+    var humanText: String {
+        guard error == nil else { return "\(path): \(error!)" }
+        var lines = ["\(path): \(formatDuration(duration ?? 0)), language \(language ?? "?")"
+                     + String(format: " (%.0f %%)", 100 * (languageProbability ?? 0))]
+        for s in segments {
+            lines.append(String(format: "  [%@ → %@] ", Self.clock(s.start), Self.clock(s.end)) + s.text)
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    static func clock(_ seconds: Double) -> String {
+        let centis = Int((seconds * 100).rounded())
+        return String(format: "%d:%02d.%02d", centis / 6000, (centis / 100) % 60, centis % 100)
+    }
+}
