@@ -107,6 +107,7 @@ let package = Package(
         .executableTarget(name: "fuzz-catalog", dependencies: ["EarmarkFuzzing"]),
         .executableTarget(name: "fuzz-wav", dependencies: ["EarmarkFuzzing"]),
         .executableTarget(name: "fuzz-csv", dependencies: ["EarmarkFuzzing"]),
+        .executableTarget(name: "fuzz-speech-model", dependencies: ["EarmarkFuzzing"]),
         .testTarget(name: "EarmarkFuzzingTests", dependencies: ["EarmarkFuzzing", "EarmarkKit", "EarmarkTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
