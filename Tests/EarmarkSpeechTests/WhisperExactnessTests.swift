@@ -64,3 +64,40 @@ struct WhisperExactnessTests {
         #expect(transcript.text.split(separator: " ") == shipped.split(separator: " "))
     }
 }
+
+@Suite("Whisper on recordings longer than one window", .enabled(if: TestSpeechModel.available, Comment(rawValue: TestSpeechModel.skipReason)))
+struct WhisperLongAudioTests {
+    static func words(_ text: String) -> [String] {
+        text.lowercased().split { !$0.isLetter && !$0.isNumber && $0 != "'" }.map(String.init)
+    }
+
+    @Test("four prompts joined (41 s, two windows): every prompt's words in order, segments in time order inside the audio")
+    func twoWindows() throws {
+        let model = try TestSpeechModel.model()
+        let recognizer = WhisperRecognizer(model: model)
+        let stems = ["basic-pbx-ivr-main", "agent-alreadyon", "auth-incorrect", "conf-onlyperson"]
+        var samples: [Float] = []
+        for stem in stems {
+            samples += try SpeechAudio.load(path: try SpeechPrompts.path(stem))
+            samples += [Float](repeating: 0, count: 8000)
+        }
+        let result = try recognizer.transcribe(samples: samples, options: TranscriptionOptions(language: "en"))
+        let said = Self.words(result.text)
+        // The last three prompts have no numbers: their shipped transcripts must appear word for word, in order.
+        var from = 0
+        for stem in stems.dropFirst() {
+            let expected = Self.words(try SpeechPrompts.transcript(stem))
+            let found = (from...max(from, said.count - expected.count)).first { Array(said[$0..<min(said.count, $0 + expected.count)]) == expected }
+            #expect(found != nil, "\(stem): \(expected.joined(separator: " ")) not in \(said.joined(separator: " "))")
+            from = (found ?? from) + expected.count
+        }
+        #expect(said.starts(with: Self.words("Thank you for calling Super Awesome Company")))
+        var last = 0.0
+        for segment in result.segments {
+            #expect(segment.start >= last - 1e-9 && segment.end >= segment.start, "\(segment)")
+            last = segment.start
+        }
+        #expect((result.segments.last?.end ?? 0) <= result.duration + 0.5)
+        #expect(result.segments.contains { $0.start >= 30 }, "nothing from the second window")
+    }
+}
