@@ -23,15 +23,19 @@ public struct SpeechModelError: Error, CustomStringConvertible, Sendable, Equata
 
 /// Sizes of a Whisper network (header field `architecture`).
 public struct WhisperArchitecture: Codable, Sendable, Equatable {
+    /// Mel bands per frame (80).
     public var melBands: Int
     /// Encoder positions per 30-s window (1500: two mel frames each).
     public var audioContext: Int
+    /// Width of the encoder (512 for base), its attention heads and blocks.
     public var audioState: Int
     public var audioHeads: Int
     public var audioLayers: Int
+    /// Tokens in the vocabulary (51,865 for the multilingual models).
     public var vocabularySize: Int
     /// Most decoder positions (prompt and sampled tokens together).
     public var textContext: Int
+    /// Width of the decoder, its attention heads and blocks.
     public var textState: Int
     public var textHeads: Int
     public var textLayers: Int
@@ -45,6 +49,7 @@ public struct WhisperFrontEndSpec: Codable, Sendable, Equatable {
     public var fftLength: Int
     /// Frame hop in samples (160 = 10 ms).
     public var hopLength: Int
+    /// Mel bands per frame (80).
     public var melBands: Int
     /// Seconds of audio the encoder reads at once (30).
     public var chunkSeconds: Int
@@ -117,12 +122,16 @@ public struct SpeechModel: Sendable {
     /// Where `tools/fetch-speech-model.sh` puts the model, relative to the repository.
     public static let defaultRelativePath = "models/whisper-base.emodel"
 
+    /// The model's name ("whisper-base").
     public let name: String
+    /// What the network is, from the converter.
     public let description: String?
+    /// Licence and origin of the weights.
     public let licence: String?
     public let architecture: WhisperArchitecture
     public let frontEnd: WhisperFrontEndSpec
     public let special: WhisperSpecialTokens
+    /// The languages in the order of the model's language tokens.
     public let languages: [WhisperLanguage]
     /// Tokens never sampled (punctuation-like symbols and special tokens, from the model's config).
     public let suppressTokens: [Int]

@@ -4,7 +4,7 @@ import Foundation
 /// Whisper's encoder and decoder in Float32 on OpenBLAS, with the decoder's key/value caches.
 ///
 /// The encoder reads one 30-s window of log-mel frames (frame-major, `chunkFrames × melBands`) and
-/// leaves `audioContext × audioState` values in ``encoded``; ``prepareDecoder()`` then projects them to
+/// leaves `audioContext × audioState` values in ``encoderOutput``; ``prepareDecoder()`` then projects them to
 /// every decoder layer's cross-attention keys and values once, and ``step(_:)`` runs one token through
 /// the decoder (self-attention over the tokens so far, cross-attention over the window) and returns the
 /// next token's logits. All buffers are allocated in `init`; nothing is allocated per token or per frame.
@@ -46,8 +46,9 @@ public final class WhisperNetwork {
     private let attended: UnsafeMutablePointer<Float>
     private let wide: UnsafeMutablePointer<Float>
     private let scores: UnsafeMutablePointer<Float>
-    /// The encoder's output for the last window, `audioContext × audioState`.
-    public let encoded: UnsafeMutablePointer<Float>
+    private let encoded: UnsafeMutablePointer<Float>
+    /// The encoder's output for the last window, `audioContext × audioState` (valid until the next ``encode(window:)``).
+    public var encoderOutput: UnsafeBufferPointer<Float> { UnsafeBufferPointer(start: encoded, count: context * d) }
 
     // Decoder state.
     private let crossKeys: UnsafeMutablePointer<Float>
@@ -138,7 +139,7 @@ public final class WhisperNetwork {
     // MARK: Encoder
 
     /// Runs the encoder on one window of `chunkFrames × melBands` log-mel values (frame-major); the
-    /// result is in ``encoded``.
+    /// result is in ``encoderOutput``.
     public func encode(window mel: UnsafePointer<Float>) {
         let F = frames, M = mels, d = self.d
         // conv1 (kernel 3, padding 1) as one GEMM: columns[t][c·3 + k] = mel[t + k − 1][c].
@@ -196,7 +197,7 @@ public final class WhisperNetwork {
 
     // MARK: Decoder
 
-    /// Projects ``encoded`` to every layer's cross-attention keys and values and empties the token cache.
+    /// Projects ``encoderOutput`` to every layer's cross-attention keys and values and empties the token cache.
     public func prepareDecoder() {
         for (l, layer) in decoderLayers.enumerated() {
             let kv = layer.crossKeyValue

@@ -23,6 +23,7 @@ public struct TranscriptSegment: Codable, Sendable, Equatable {
     /// Seconds from the start of the recording.
     public var start: Double
     public var end: Double
+    /// The segment's text as decoded (Whisper's text usually starts with a space).
     public var text: String
     /// Text and time tokens as sampled (time tokens relative to the segment's window).
     public var tokens: [Int]
@@ -34,6 +35,7 @@ public struct Transcription: Codable, Sendable, Equatable {
     public var language: String
     /// Probability of that language from detection (1 when it was given).
     public var languageProbability: Double
+    /// The transcript in time order.
     public var segments: [TranscriptSegment]
     /// Seconds of audio transcribed.
     public var duration: Double
@@ -46,7 +48,9 @@ public struct Transcription: Codable, Sendable, Equatable {
 
 /// The greedy decoding of one 30-s window.
 public struct WindowDecoding: Sendable, Equatable {
+    /// Whisper's code of the language decoded (detected or given).
     public var language: String
+    /// Its probability among the model's languages (1 when it was given).
     public var languageProbability: Double
     /// Probability of `<|nocaptions|>` right after `<|startoftranscript|>`.
     public var noSpeechProbability: Double
@@ -72,7 +76,9 @@ public struct WindowDecoding: Sendable, Equatable {
 /// ```
 public final class WhisperRecognizer {
     public let model: SpeechModel
+    /// The network (its buffers belong to this recogniser).
     public let network: WhisperNetwork
+    /// The log-mel front end.
     public let frontEnd: WhisperFrontEnd
     private var scratch: [Float]
     private var disabled: [Bool]
@@ -160,8 +166,7 @@ public final class WhisperRecognizer {
     public func encode(window: [Float]) -> [Float] {
         precondition(window.count == model.frontEnd.chunkFrames * model.frontEnd.melBands)
         window.withUnsafeBufferPointer { network.encode(window: $0.baseAddress!) }
-        let count = model.architecture.audioContext * model.architecture.audioState
-        return Array(UnsafeBufferPointer(start: network.encoded, count: count))
+        return Array(network.encoderOutput)
     }
 
     /// Encodes one window and decodes it greedily: language detection (when `language` is nil), then tokens.
