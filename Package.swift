@@ -55,7 +55,7 @@ let package = Package(
         .target(name: "EarmarkClassification", dependencies: ["COpenBLAS", "EarmarkAudio", "EarmarkDSP"],
                 resources: [.copy("Resources/instrument-head.json")]),
         // Speech to text: Whisper base in Float32 on OpenBLAS (model made by tools/fetch-speech-model.sh).
-        .target(name: "EarmarkSpeech", dependencies: ["COpenBLAS", "EarmarkAudio", "EarmarkDSP"]),
+        .target(name: "EarmarkSpeech", dependencies: ["COpenBLAS", "EarmarkAudio", "EarmarkDSP", "EarmarkClassification"]),
         .target(name: "EarmarkKit", dependencies: [
             "EarmarkAudio", "EarmarkSignature", "EarmarkCatalog", "EarmarkMatching", "EarmarkStreaming", "EarmarkAnalysis",
             "EarmarkClassification", "EarmarkSpeech",

@@ -1,3 +1,4 @@
+import EarmarkClassification
 import Foundation
 
 /// How to transcribe.
@@ -39,6 +40,8 @@ public struct Transcription: Codable, Sendable, Equatable {
     public var segments: [TranscriptSegment]
     /// Seconds of audio transcribed.
     public var duration: Double
+    /// The ranges that were read when speech was detected first (nil: the whole recording was read).
+    public var speech: [TimeRange]?
 
     /// The segments' text joined (Whisper's segments carry their own leading spaces), trimmed.
     public var text: String {
@@ -94,17 +97,50 @@ public final class WhisperRecognizer {
     /// Sample rate the recogniser reads, Hz (16,000).
     public var sampleRate: Int { model.frontEnd.sampleRate }
 
-    /// Transcribes mono samples at ``sampleRate``. `progress` gets the fraction done after each window.
-    public func transcribe(samples: [Float], options: TranscriptionOptions = TranscriptionOptions(),
+    /// Transcribes mono samples at ``sampleRate``. With `speech`, only those time ranges (seconds, in time
+    /// order, e.g. from ``SpeechDetector``) are read, each on its own, and times stay those of the whole
+    /// recording; no ranges give an empty transcript. `progress` gets the fraction done after each window.
+    public func transcribe(samples: [Float], options: TranscriptionOptions = TranscriptionOptions(), speech: [TimeRange]? = nil,
                            progress: ((Double) -> Void)? = nil) throws -> Transcription {
         if let code = options.language, model.language(code: code) == nil {
             throw SpeechModelError(.inconsistent, "the model does not know the language '\(code)'")
         }
+        let rate = Double(model.frontEnd.sampleRate)
+        let duration = Double(samples.count) / rate
+        let pieces: [Range<Int>] = speech.map { ranges in
+            ranges.compactMap { r in
+                let from = max(0, min(samples.count, Int((r.start * rate).rounded())))
+                let to = max(from, min(samples.count, Int((r.end * rate).rounded())))
+                return to > from ? from..<to : nil
+            }
+        } ?? [0..<samples.count]
+        let total = Double(max(1, pieces.reduce(0) { $0 + $1.count }))
+        var done = 0
+        var segments: [TranscriptSegment] = []
+        var language = options.language, languageProbability = 1.0
+        for piece in pieces {
+            let slice = piece == samples.indices ? samples : Array(samples[piece])
+            let base = done
+            let found = transcribePiece(slice, offset: Double(piece.lowerBound) / rate, language: &language,
+                                        languageProbability: &languageProbability, options: options) { fraction in
+                progress?((Double(base) + fraction * Double(piece.count)) / total)
+            }
+            segments += found
+            done += piece.count
+        }
+        // Nothing read and no language given: "en" with probability 0.
+        return Transcription(language: language ?? "en", languageProbability: language == nil ? 0 : languageProbability, segments: segments,
+                             duration: duration, speech: speech)
+    }
+
+    /// Windows over one stretch of audio starting `offset` seconds into the recording; detects the language
+    /// on its first window when `language` is nil.
+    private func transcribePiece(_ samples: [Float], offset: Double, language: inout String?, languageProbability: inout Double,
+                                 options: TranscriptionOptions, progress: (Double) -> Void) -> [TranscriptSegment] {
         let spec = model.frontEnd
         let mel = frontEnd.spectrogram(samples)
         let secondsPerFrame = Double(spec.hopLength) / Double(spec.sampleRate)
         var segments: [TranscriptSegment] = []
-        var language = options.language, languageProbability = 1.0
         var seek = 0
         while seek < mel.frames {
             let size = min(spec.chunkFrames, mel.frames - seek)
@@ -114,21 +150,20 @@ public final class WhisperRecognizer {
                 language = result.language
                 languageProbability = result.languageProbability
             }
-            let offset = Double(seek) * secondsPerFrame
+            let windowOffset = offset + Double(seek) * secondsPerFrame
             if let threshold = options.noSpeechThreshold, result.noSpeechProbability > threshold,
                result.averageLogProbability < options.logProbabilityThreshold {
                 seek += size
-                progress?(Double(seek) / Double(mel.frames))
+                progress(Double(seek) / Double(mel.frames))
                 continue
             }
-            let (found, advance) = WhisperRecognizer.segments(result.tokens, tokenizer: model.tokenizer, offset: offset,
+            let (found, advance) = WhisperRecognizer.segments(result.tokens, tokenizer: model.tokenizer, offset: windowOffset,
                                                               windowFrames: size, secondsPerFrame: secondsPerFrame)
             segments += found.filter { !$0.text.trimmingCharacters(in: .whitespaces).isEmpty }
             seek += max(1, advance)
-            progress?(Double(min(seek, mel.frames)) / Double(max(1, mel.frames)))
+            progress(Double(min(seek, mel.frames)) / Double(max(1, mel.frames)))
         }
-        return Transcription(language: language ?? "en", languageProbability: languageProbability, segments: segments,
-                             duration: Double(samples.count) / Double(spec.sampleRate))
+        return segments
     }
 
     /// Splits a window's tokens at its timestamp pairs (Whisper's rule) and says how many mel frames to move on.

@@ -9,11 +9,14 @@ struct TranscribeCommand: AsyncParsableCommand {
         discussion: """
         Runs the Whisper base speech recogniser (fetched and converted once by tools/fetch-speech-model.sh) \
         over the audio in 30-s windows and prints the transcript, one segment a line with its time range. \
-        Decoding is greedy (beam search comes later), with timestamps; the language is detected on the first \
-        window unless --language names it.
+        Only the speech is read: the sound classifier (YAMNet, the model `earmark classify` uses) finds the \
+        speech ranges first, so music and silence give no text (--all-audio reads everything). Decoding is \
+        greedy (beam search comes later), with timestamps; the language is detected on the first stretch of \
+        speech unless --language names it.
 
         --format json (or --json): {path, model, language, languageProbability, duration, text, segments: \
-        [{start, end, text}], error}; an array for several files.
+        [{start, end, text}], speech: [{start, end}] (the ranges read; null with --all-audio), error}; an array \
+        for several files.
 
         The model is --model PATH, else $EARMARK_SPEECH_MODEL, else models/whisper-base.emodel beside the \
         executable's source tree or in the working directory, else ~/.local/share/earmark/models/whisper-base.emodel.
@@ -38,6 +41,12 @@ struct TranscribeCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Speech model file (.emodel).", valueName: "path"))
     var model: String?
 
+    @Option(name: .customLong("sound-model"), help: ArgumentHelp("Sound model file (.emodel) that finds the speech.", valueName: "path"))
+    var soundModel: String?
+
+    @Flag(help: "Read the whole recording, not only the speech the sound classifier finds.")
+    var allAudio = false
+
     @Argument(help: ArgumentHelp("Audio files to transcribe.", valueName: "file"))
     var files: [String] = []
 
@@ -54,6 +63,15 @@ struct TranscribeCommand: AsyncParsableCommand {
             writeStderr("earmark: error: \(error)\n")
             throw ExitCode(2)
         }
+        var detector: SpeechDetector?
+        if !allAudio {
+            do {
+                detector = SpeechDetector(soundModel: try SoundModel.load(path: soundModel))
+            } catch {
+                writeStderr("earmark: error: \(error) (or pass --all-audio to read every second)\n")
+                throw ExitCode(2)
+            }
+        }
         let code = language == "auto" ? nil : language.lowercased()
         if let code, speechModel.language(code: code) == nil {
             throw ValidationError("--language \(language): the model does not know it (codes such as en, fr, es, de; or auto).")
@@ -66,7 +84,9 @@ struct TranscribeCommand: AsyncParsableCommand {
             let bar = stderrIsTerminal ? FractionProgress(label: PathName.last(file)) : nil
             do {
                 let samples = try SpeechAudio.load(path: file, sampleRate: recognizer.sampleRate)
-                let result = try recognizer.transcribe(samples: samples, options: TranscriptionOptions(language: code)) { bar?.update($0) }
+                let speech = try detector?.ranges(samples: samples, sampleRate: recognizer.sampleRate)
+                let result = try recognizer.transcribe(samples: samples, options: TranscriptionOptions(language: code),
+                                                       speech: speech) { bar?.update($0) }
                 bar?.finish()
                 let report = TranscriptReport(path: file, model: speechModel.name, result: result)
                 if !asJSON { print(report.humanText) }
@@ -107,6 +127,7 @@ struct TranscriptReport: Encodable {
     var duration: Double?
     var text: String?
     var segments: [Segment] = []
+    var speech: [TimeRange]?
     var error: String?
 
     init(path: String, model: String, result: Transcription) {
@@ -117,6 +138,7 @@ struct TranscriptReport: Encodable {
         duration = result.duration
         text = result.text
         segments = result.segments.map { Segment(start: $0.start, end: $0.end, text: $0.text.trimmingCharacters(in: .whitespaces)) }
+        speech = result.speech
     }
 
     init(path: String, model: String, error: String) {
@@ -125,7 +147,7 @@ struct TranscriptReport: Encodable {
         self.error = error
     }
 
-    enum CodingKeys: String, CodingKey { case path, model, language, languageProbability, duration, text, segments, error }
+    enum CodingKeys: String, CodingKey { case path, model, language, languageProbability, duration, text, segments, speech, error }
     func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
         try c.encode(path, forKey: .path)
@@ -135,13 +157,21 @@ struct TranscriptReport: Encodable {
         try c.encode(duration, forKey: .duration)
         try c.encode(text, forKey: .text)
         try c.encode(segments, forKey: .segments)
+        try c.encode(speech, forKey: .speech)
         try c.encode(error, forKey: .error)
     }
 
     var humanText: String {
         guard error == nil else { return "\(path): \(error!)" }
-        var lines = ["\(path): \(formatDuration(duration ?? 0)), language \(language ?? "?")"
-                     + String(format: " (%.0f %%)", 100 * (languageProbability ?? 0))]
+        var head = "\(path): \(formatDuration(duration ?? 0))"
+        if let speech {
+            let seconds = speech.reduce(0) { $0 + $1.duration }
+            head += speech.isEmpty ? ", no speech" : String(format: ", speech %.1f s", seconds)
+        }
+        if !segments.isEmpty {
+            head += ", language \(language ?? "?")" + String(format: " (%.0f %%)", 100 * (languageProbability ?? 0))
+        }
+        var lines = [head]
         for s in segments {
             lines.append(String(format: "  [%@ → %@] ", Self.clock(s.start), Self.clock(s.end)) + s.text)
         }
