@@ -137,6 +137,8 @@ public struct SpeechModel: Sendable {
     public let suppressTokens: [Int]
     /// Tokens not sampled first (a blank and end of text).
     public let suppressAtBegin: [Int]
+    /// Decoder cross-attention heads (layer, head) used for word times (from the model's config).
+    public let alignmentHeads: [(layer: Int, head: Int)]
     /// The tokenizer for this model's vocabulary.
     public let tokenizer: WhisperTokenizer
     let weights: WeightStorage
@@ -226,6 +228,15 @@ public struct SpeechModel: Sendable {
         languages = header.languages
         suppressTokens = header.suppressTokens
         suppressAtBegin = header.suppressAtBegin
+        // The heads whose cross-attention follows the speech; without them, every head of the upper half (Whisper's default).
+        let heads = (header.alignmentHeads ?? []).filter {
+            $0.count == 2 && (0..<a.textLayers).contains($0[0]) && (0..<a.textHeads).contains($0[1])
+        }
+        if heads.isEmpty {
+            alignmentHeads = (a.textLayers / 2..<a.textLayers).flatMap { l in (0..<a.textHeads).map { (layer: l, head: $0) } }
+        } else {
+            alignmentHeads = heads.map { (layer: $0[0], head: $0[1]) }
+        }
         self.tokenizer = tokenizer
         self.weights = weights
     }

@@ -63,6 +63,12 @@ public final class WhisperNetwork {
     private let logitsBuffer: UnsafeMutablePointer<Float>
     /// Tokens the decoder has read since ``resetDecoder()``.
     public private(set) var position = 0
+    /// While ``crossAttentionLogits(tokens:heads:frames:)`` runs: where head (layer·heads + head) of the cross-attention
+    /// is copied (−1: not copied), the destination, and how many encoder positions are kept.
+    private var captureIndex: [Int] = []
+    private var capture: UnsafeMutablePointer<Float>?
+    private var captureFrames = 0
+    private var captureTokens = 0
     private var allocations: [UnsafeMutablePointer<Float>] = []
 
     public init(model: SpeechModel) {
@@ -232,7 +238,8 @@ public final class WhisperNetwork {
             // Cross-attention over the window.
             WhisperNetwork.layerNorm(tx, rows: 1, width: d, layer.crossNorm, into: th)
             WhisperNetwork.affineVector(th, layer.crossQuery, into: tqkv, accumulate: false)
-            attend(query: tqkv, keys: crossKeys + l * context * d, values: crossValues + l * context * d, count: context, scale: scale, into: ta)
+            attend(query: tqkv, keys: crossKeys + l * context * d, values: crossValues + l * context * d, count: context, scale: scale,
+                   into: ta, captureLayer: capture == nil ? nil : l)
             WhisperNetwork.affineVector(ta, layer.crossOutput, into: tx, accumulate: true)
             // Feed-forward.
             WhisperNetwork.layerNorm(tx, rows: 1, width: d, layer.ffnNorm, into: th)
@@ -241,19 +248,46 @@ public final class WhisperNetwork {
             WhisperNetwork.affineVector(tf, layer.ffn1, into: tx, accumulate: true)
         }
         WhisperNetwork.layerNorm(tx, rows: 1, width: d, decoderNorm, into: th)
-        // The output projection is the token embedding matrix.
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, Int32(vocabulary), Int32(d), 1, embeddings, Int32(d), th, 1, 0, logitsBuffer, 1)
+        // The output projection is the token embedding matrix (not needed while only attention is collected).
+        if capture == nil { cblas_sgemv(CblasRowMajor, CblasNoTrans, Int32(vocabulary), Int32(d), 1, embeddings, Int32(d), th, 1, 0, logitsBuffer, 1) }
         position += 1
         return logitsBuffer
     }
 
-    /// One query against `count` keys and values (rows of width d), head by head.
+    /// Reads `tokens` from position 0 (after ``prepareDecoder()``) and returns the cross-attention logits
+    /// (scaled query · key, before the softmax) of `heads` over the first `frames` encoder positions, laid out
+    /// `[head][token][frame]`. The decoder's token cache is left holding `tokens`.
+    public func crossAttentionLogits(tokens: [Int], heads wanted: [(layer: Int, head: Int)], frames: Int) -> [Float] {
+        let frames = max(0, min(frames, context))
+        precondition(tokens.count <= textContext)
+        var out = [Float](repeating: 0, count: wanted.count * tokens.count * frames)
+        captureIndex = [Int](repeating: -1, count: decoderLayers.count * heads)
+        for (i, h) in wanted.enumerated() where (0..<decoderLayers.count).contains(h.layer) && (0..<heads).contains(h.head) {
+            captureIndex[h.layer * heads + h.head] = i
+        }
+        captureFrames = frames
+        captureTokens = tokens.count
+        out.withUnsafeMutableBufferPointer { buffer in
+            capture = buffer.baseAddress
+            resetDecoder()
+            for t in tokens { step(t) }
+            capture = nil
+        }
+        return out
+    }
+
+    /// One query against `count` keys and values (rows of width d), head by head; with `captureLayer`, the
+    /// logits of the captured heads are copied out (see ``crossAttentionLogits(tokens:heads:frames:)``).
     private func attend(query: UnsafePointer<Float>, keys: UnsafePointer<Float>, values: UnsafePointer<Float>, count: Int,
-                        scale: Float, into out: UnsafeMutablePointer<Float>) {
+                        scale: Float, into out: UnsafeMutablePointer<Float>, captureLayer: Int? = nil) {
         let d = self.d, hs = headSize
         for head in 0..<heads {
             cblas_sgemv(CblasRowMajor, CblasNoTrans, Int32(count), Int32(hs), scale, keys + head * hs, Int32(d),
                         query + head * hs, 1, 0, scores, 1)
+            if let l = captureLayer, let capture, captureIndex[l * heads + head] >= 0 {
+                let i = captureIndex[l * heads + head]
+                (capture + (i * captureTokens + position) * captureFrames).update(from: scores, count: min(captureFrames, count))
+            }
             WhisperNetwork.softmax(scores, count: count)
             cblas_sgemv(CblasRowMajor, CblasTrans, Int32(count), Int32(hs), 1, values + head * hs, Int32(d),
                         scores, 1, 0, out + head * hs, 1)

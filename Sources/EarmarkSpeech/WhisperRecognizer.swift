@@ -13,9 +13,12 @@ public struct TranscriptionOptions: Sendable, Equatable {
     /// ``logProbabilityThreshold``, is taken as silence (Whisper's defaults 0.6 and −1).
     public var noSpeechThreshold: Double? = 0.6
     public var logProbabilityThreshold = -1.0
+    /// Also time every word (cross-attention alignment; costs about one more decoder pass per window). Default false.
+    public var wordTimestamps = false
 
-    public init(language: String? = nil) {
+    public init(language: String? = nil, wordTimestamps: Bool = false) {
         self.language = language
+        self.wordTimestamps = wordTimestamps
     }
 }
 
@@ -28,6 +31,8 @@ public struct TranscriptSegment: Codable, Sendable, Equatable {
     public var text: String
     /// Text and time tokens as sampled (time tokens relative to the segment's window).
     public var tokens: [Int]
+    /// The segment's words with their times, when they were asked for (``TranscriptionOptions/wordTimestamps``).
+    public var words: [TranscriptWord] = []
 }
 
 /// What a recording says.
@@ -157,13 +162,130 @@ public final class WhisperRecognizer {
                 progress(Double(seek) / Double(mel.frames))
                 continue
             }
-            let (found, advance) = WhisperRecognizer.segments(result.tokens, tokenizer: model.tokenizer, offset: windowOffset,
+            var (found, advance) = WhisperRecognizer.segments(result.tokens, tokenizer: model.tokenizer, offset: windowOffset,
                                                               windowFrames: size, secondsPerFrame: secondsPerFrame)
+            if options.wordTimestamps {
+                addWords(to: &found, language: result.language, windowFrames: size, offset: windowOffset)
+            }
             segments += found.filter { !$0.text.trimmingCharacters(in: .whitespaces).isEmpty }
             seek += max(1, advance)
             progress(Double(min(seek, mel.frames)) / Double(max(1, mel.frames)))
         }
         return segments
+    }
+
+    /// Times the words of a window's segments from the cross-attention of the window the network encoded last
+    /// (see ``WordAlignment``), then sets each segment's range to its words'.
+    private func addWords(to segments: inout [TranscriptSegment], language: String, windowFrames: Int, offset: Double) {
+        let tokenizer = model.tokenizer, special = model.special
+        let text = segments.map { $0.tokens.filter { $0 < special.endOfText } }
+        let allText = text.flatMap { $0 }
+        guard !allText.isEmpty, let languageToken = model.language(code: language)?.token else { return }
+        let prompt = [special.startOfTranscript, languageToken, special.transcribe, special.noTimestamps]
+        let sequence = prompt + allText + [special.endOfText]
+        guard sequence.count <= model.architecture.textContext else { return }
+        let frames = max(1, windowFrames / 2)
+        let heads = model.alignmentHeads
+        let logits = network.crossAttentionLogits(tokens: sequence, heads: heads, frames: frames)
+        let full = WordAlignment.matrix(logits: logits, heads: heads.count, tokens: sequence.count, frames: frames)
+        // Rows of the positions that predict the text tokens and the end of text: from <|notimestamps|> on.
+        let rows = allText.count + 1
+        let matrix = Array(full[((prompt.count - 1) * frames)..<((prompt.count - 1 + rows) * frames)])
+        let words = WordAlignment.words(allText, tokenizer: tokenizer, language: language)
+        let times = WordAlignment.times(matrix: matrix, rows: rows, frames: frames, wordTokenCounts: words.map(\.tokens.count))
+        var timed = zip(words, times).map {
+            TranscriptWord(start: offset + $1.start, end: offset + $1.end, text: $0.text, tokens: $0.tokens)
+        }
+        let median = WhisperRecognizer.limitLongWords(&timed)
+        timed = WhisperRecognizer.mergePunctuation(timed)
+        // Hand the words to the segments their first tokens belong to.
+        var next = 0
+        var lastSpeech = offset
+        let longest = median * 2
+        for (s, tokens) in text.enumerated() {
+            var count = 0
+            var mine: [TranscriptWord] = []
+            while next < timed.count, count < tokens.count {
+                mine.append(timed[next])
+                count += timed[next].tokens.count
+                next += 1
+            }
+            // As Whisper: keep the segment's own start (end) when the first (last) word runs more than 0.5 s past it.
+            if !mine.isEmpty {
+                let n = mine.count - 1
+                // After a pause, attention smears the first word back into it (Whisper's rule: cut it to twice the median).
+                if mine[0].end - lastSpeech > median * 4,
+                   mine[0].end - mine[0].start > longest || (n > 0 && mine[1].end - mine[0].start > longest * 2) {
+                    if n > 0, mine[1].end - mine[1].start > longest {
+                        let boundary = max(mine[1].end / 2, mine[1].end - longest)
+                        mine[0].end = boundary
+                        mine[1].start = boundary
+                    }
+                    mine[0].start = max(0, mine[0].end - longest)
+                }
+                if segments[s].start < mine[0].end && segments[s].start - 0.5 > mine[0].start {
+                    mine[0].start = max(0, min(mine[0].end - median, segments[s].start))
+                } else {
+                    segments[s].start = mine[0].start
+                }
+                if segments[s].end > mine[n].start && segments[s].end + 0.5 < mine[n].end {
+                    mine[n].end = max(mine[n].start + median, segments[s].end)
+                } else {
+                    segments[s].end = mine[n].end
+                }
+            }
+            segments[s].words = mine
+            lastSpeech = mine.last?.end ?? lastSpeech
+        }
+    }
+
+    /// Joins opening punctuation to the next word and closing punctuation to the previous one (Whisper's rule);
+    /// the word keeps its own times.
+    static func mergePunctuation(_ words: [TranscriptWord]) -> [TranscriptWord] {
+        var w = words
+        var i = w.count - 2
+        while i >= 0 {
+            if WordAlignment.prepended.contains(w[i].text.trimmingCharacters(in: .whitespaces)), w[i].text.hasPrefix(" ") || i == 0 {
+                w[i + 1].text = w[i].text + w[i + 1].text.drop { $0 == " " && w[i].text.hasSuffix(" ") }
+                w[i + 1].tokens = w[i].tokens + w[i + 1].tokens
+                w[i + 1].start = min(w[i + 1].start, w[i + 1].end)
+                w.remove(at: i)
+            }
+            i -= 1
+        }
+        var out: [TranscriptWord] = []
+        for word in w {
+            if var last = out.last, !last.text.hasSuffix(" "), WordAlignment.appended.contains(word.text) {
+                last.text += word.text
+                last.tokens += word.tokens
+                out[out.count - 1] = last
+            } else {
+                out.append(word)
+            }
+        }
+        return out
+    }
+
+    /// Whisper's guard against attention that lingers in pauses: a word longer than twice the median word
+    /// (the median at most 0.7 s) is cut to that length when it is a sentence's final mark (its end moves) or
+    /// follows one (its start moves). Runs before punctuation is merged.
+    static func limitLongWords(_ words: inout [TranscriptWord]) -> Double {
+        let durations = words.map { $0.end - $0.start }.filter { $0 > 0 }.sorted()
+        guard !durations.isEmpty else { return 0 }
+        let median = min(0.7, durations[durations.count / 2])
+        let longest = median * 2
+        func isMark(_ w: TranscriptWord) -> Bool {
+            let t = w.text.trimmingCharacters(in: .whitespaces)
+            return t.count == 1 && ".。!！?？".contains(t)
+        }
+        for i in words.indices.dropFirst() where words[i].end - words[i].start > longest {
+            if isMark(words[i]) {
+                words[i].end = words[i].start + longest
+            } else if isMark(words[i - 1]) {
+                words[i].start = words[i].end - longest
+            }
+        }
+        return median
     }
 
     /// Splits a window's tokens at its timestamp pairs (Whisper's rule) and says how many mel frames to move on.

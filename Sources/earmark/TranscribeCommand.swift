@@ -15,8 +15,10 @@ struct TranscribeCommand: AsyncParsableCommand {
         speech unless --language names it.
 
         --format json (or --json): {path, model, language, languageProbability, duration, text, segments: \
-        [{start, end, text}], speech: [{start, end}] (the ranges read; null with --all-audio), error}; an array \
-        for several files.
+        [{start, end, text, words}], speech: [{start, end}] (the ranges read; null with --all-audio), error}; an array \
+        for several files. words ([{start, end, word}]) only with --words. --format srt or vtt: one subtitle \
+        cue per segment (with --words, VTT cues carry <hh:mm:ss.mmm> timestamps before each word); several \
+        files are separated by a line naming each file.
 
         The model is --model PATH, else $EARMARK_SPEECH_MODEL, else models/whisper-base.emodel beside the \
         executable's source tree or in the working directory, else ~/.local/share/earmark/models/whisper-base.emodel.
@@ -26,17 +28,20 @@ struct TranscribeCommand: AsyncParsableCommand {
     )
 
     enum Format: String, ExpressibleByArgument, CaseIterable {
-        case text, json
+        case text, json, srt, vtt
     }
 
     @Option(help: ArgumentHelp("Language code (en, fr, es, …) or auto to detect it.", valueName: "code"))
     var language: String = "auto"
 
-    @Option(help: ArgumentHelp("Output format: text or json.", valueName: "format"))
+    @Option(help: ArgumentHelp("Output format: text, json, srt or vtt.", valueName: "format"))
     var format: Format = .text
 
     @Flag(help: "Same as --format json.")
     var json = false
+
+    @Flag(help: "Time every word (cross-attention alignment): words in text and JSON, word timestamps in VTT cues.")
+    var words = false
 
     @Option(help: ArgumentHelp("Speech model file (.emodel).", valueName: "path"))
     var model: String?
@@ -52,6 +57,7 @@ struct TranscribeCommand: AsyncParsableCommand {
 
     func validate() throws {
         if files.isEmpty { throw ValidationError("Give at least one audio file.") }
+        if json && format != .text && format != .json { throw ValidationError("--json and --format \(format.rawValue) disagree.") }
         if language.isEmpty { throw ValidationError("--language needs a code such as en, or auto.") }
     }
 
@@ -85,11 +91,17 @@ struct TranscribeCommand: AsyncParsableCommand {
             do {
                 let samples = try SpeechAudio.load(path: file, sampleRate: recognizer.sampleRate)
                 let speech = try detector?.ranges(samples: samples, sampleRate: recognizer.sampleRate)
-                let result = try recognizer.transcribe(samples: samples, options: TranscriptionOptions(language: code),
+                let result = try recognizer.transcribe(samples: samples, options: TranscriptionOptions(language: code, wordTimestamps: words),
                                                        speech: speech) { bar?.update($0) }
                 bar?.finish()
-                let report = TranscriptReport(path: file, model: speechModel.name, result: result)
-                if !asJSON { print(report.humanText) }
+                let report = TranscriptReport(path: file, model: speechModel.name, result: result, words: words)
+                switch asJSON ? .json : format {
+                case .text: print(report.humanText)
+                case .json: break
+                case .srt, .vtt:
+                    if files.count > 1 { print("== \(file)") }
+                    print(format == .srt ? report.srt : report.vtt, terminator: "")
+                }
                 reports.append(report)
             } catch {
                 bar?.finish()
@@ -115,10 +127,16 @@ final class FractionProgress {
 }
 
 struct TranscriptReport: Encodable {
+    struct Word: Encodable {
+        var start: Double
+        var end: Double
+        var word: String
+    }
     struct Segment: Encodable {
         var start: Double
         var end: Double
         var text: String
+        var words: [Word]?
     }
     var path: String
     var model: String
@@ -130,14 +148,17 @@ struct TranscriptReport: Encodable {
     var speech: [TimeRange]?
     var error: String?
 
-    init(path: String, model: String, result: Transcription) {
+    init(path: String, model: String, result: Transcription, words: Bool = false) {
         self.path = path
         self.model = model
         language = result.language
         languageProbability = result.languageProbability
         duration = result.duration
         text = result.text
-        segments = result.segments.map { Segment(start: $0.start, end: $0.end, text: $0.text.trimmingCharacters(in: .whitespaces)) }
+        segments = result.segments.map { s in
+            Segment(start: s.start, end: s.end, text: s.text.trimmingCharacters(in: .whitespaces),
+                    words: words ? s.words.map { Word(start: $0.start, end: $0.end, word: $0.text.trimmingCharacters(in: .whitespaces)) } : nil)
+        }
         speech = result.speech
     }
 
@@ -174,8 +195,43 @@ struct TranscriptReport: Encodable {
         var lines = [head]
         for s in segments {
             lines.append(String(format: "  [%@ → %@] ", Self.clock(s.start), Self.clock(s.end)) + s.text)
+            if let words = s.words, !words.isEmpty {
+                lines.append("      " + words.map { "\($0.word)@\(Self.clock($0.start))" }.joined(separator: " "))
+            }
         }
         return lines.joined(separator: "\n")
+    }
+
+    /// SubRip: numbered cues `hh:mm:ss,mmm --> hh:mm:ss,mmm`, one per segment.
+    var srt: String {
+        var out = ""
+        for (i, s) in segments.enumerated() {
+            out += "\(i + 1)\n\(Self.subtitleTime(s.start, ",")) --> \(Self.subtitleTime(s.end, ","))\n\(s.text)\n\n"
+        }
+        return out
+    }
+
+    /// WebVTT: one cue per segment; with words, each word after its `<hh:mm:ss.mmm>` timestamp.
+    var vtt: String {
+        var out = "WEBVTT\n\n"
+        for s in segments {
+            out += "\(Self.subtitleTime(s.start, ".")) --> \(Self.subtitleTime(s.end, "."))\n"
+            if let words = s.words, !words.isEmpty {
+                out += words.enumerated().map { i, w in
+                    i == 0 ? w.word : "<\(Self.subtitleTime(w.start, "."))>\(w.word)"
+                }.joined(separator: " ")
+            } else {
+                out += s.text
+            }
+            out += "\n\n"
+        }
+        return out
+    }
+
+    /// `hh:mm:ss` then `separator` and milliseconds.
+    static func subtitleTime(_ seconds: Double, _ separator: String) -> String {
+        let ms = max(0, Int((seconds * 1000).rounded()))
+        return String(format: "%02d:%02d:%02d%@%03d", ms / 3_600_000, (ms / 60_000) % 60, (ms / 1000) % 60, separator, ms % 1000)
     }
 
     static func clock(_ seconds: Double) -> String {
