@@ -115,3 +115,32 @@ public enum SpeechPrompts {
         throw TestSupportError("no transcript of \(stem) in \(transcripts)")
     }
 }
+
+/// One word as faster-whisper times it.
+public struct ReferenceWord: Sendable {
+    public var word: String
+    public var start: Double
+    public var end: Double
+}
+
+/// Word times from faster-whisper 1.1.1 (CTranslate2 float32, greedy, `word_timestamps=True`), run by
+/// tools/whisper-word-reference.sh (which installs it into its own venv on first use).
+public enum WordTimeReference {
+    /// The reference's words for each recording of 16-kHz mono samples (one model load for all).
+    public static func words(_ recordings: [[Float]]) throws -> [[ReferenceWord]] {
+        let tmp = try TemporaryDirectory("word-reference")
+        var inputs: [String] = []
+        for (i, samples) in recordings.enumerated() {
+            let url = tmp.file("r\(i).f32")
+            try samples.withUnsafeBufferPointer { try Data(buffer: $0).write(to: url) }
+            inputs.append(url.path)
+        }
+        let script = TestPaths.repositoryRoot.appendingPathComponent("tools/whisper-word-reference.sh").path
+        let out = try Run.process("/bin/bash", [script, tmp.path("out.json")] + inputs, timeout: 1800)
+        guard out.status == 0 else { throw TestSupportError("whisper-word-reference.sh failed: \(out)") }
+        let json = try JSONSerialization.jsonObject(with: Data(contentsOf: tmp.file("out.json"))) as? [[[String: Any]]] ?? []
+        return json.map { list in
+            list.map { ReferenceWord(word: $0["word"] as? String ?? "", start: $0["start"] as? Double ?? 0, end: $0["end"] as? Double ?? 0) }
+        }
+    }
+}
