@@ -148,17 +148,33 @@ public struct SpeechModel: Sendable {
         guard FileManager.default.fileExists(atPath: path) else {
             throw SpeechModelError(.notFound, "no speech model at \(path) (run tools/fetch-speech-model.sh to fetch and convert Whisper base)")
         }
-        let data: Data
-        do {
-            data = try Data(contentsOf: URL(fileURLWithPath: path), options: .alwaysMapped)
-        } catch {
-            throw SpeechModelError(.invalidFile, "cannot read the speech model \(path): \(error.localizedDescription)")
+        // Mapped read-only by hand (not Data's mapping, which may copy), so that pages already converted can be
+        // dropped while loading: the float16 file and the Float32 weights are then never resident together.
+        let fd = open(path, O_RDONLY)
+        guard fd >= 0 else {
+            throw SpeechModelError(.invalidFile, "cannot read the speech model \(path): \(String(cString: strerror(errno)))")
         }
-        try self.init(data: data, name: path)
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else {
+            throw SpeechModelError(.invalidFile, "cannot read the speech model \(path): \(String(cString: strerror(errno)))")
+        }
+        let size = Int(info.st_size)
+        guard size > 0 else { try self.init(data: Data(), name: path); return }
+        guard let mapped = mmap(nil, size, PROT_READ, MAP_PRIVATE, fd, 0), mapped != MAP_FAILED else {
+            throw SpeechModelError(.invalidFile, "cannot map the speech model \(path): \(String(cString: strerror(errno)))")
+        }
+        let data = Data(bytesNoCopy: mapped, count: size, deallocator: .custom { pointer, count in munmap(pointer, count) })
+        try self.init(data: data, name: path, fileMapped: true)
     }
 
     /// Parses a model from its bytes; `name` is used in error messages.
     public init(data: Data, name fileName: String = "model") throws {
+        try self.init(data: data, name: fileName, fileMapped: false)
+    }
+
+    /// `fileMapped`: `data` is a read-only private mapping of a file, whose pages may be released once read.
+    private init(data: Data, name fileName: String, fileMapped: Bool) throws {
         func bad(_ why: String) -> SpeechModelError {
             SpeechModelError(.invalidFile, "\(fileName) is not a usable speech model: \(why)")
         }
@@ -184,7 +200,17 @@ public struct SpeechModel: Sendable {
                 throw bad("expected \(blobStart) + \(header.blobBytes) bytes, found \(raw.count) (truncated or extended)")
             }
             let blob = UnsafeRawBufferPointer(rebasing: raw[blobStart...])
+            // Drops the pages of a file mapping from memory (they are read again from the file if touched).
+            func release(_ from: Int, _ count: Int) {
+                guard fileMapped, count > 0 else { return }
+                let page = Int(sysconf(Int32(_SC_PAGESIZE)))
+                let start = raw.baseAddress! + blobStart + from
+                let aligned = UnsafeRawPointer(bitPattern: Int(bitPattern: start) / page * page)!
+                let end = Int(bitPattern: start) + count
+                _ = madvise(UnsafeMutableRawPointer(mutating: aligned), end - Int(bitPattern: aligned), Int32(MADV_DONTNEED))
+            }
             guard SpeechModel.checksum(blob) == header.blobChecksum.lowercased() else { throw bad("checksum mismatch (damaged weights)") }
+            release(0, blob.count)
             let expected = try SpeechModel.expectedShapes(header, inconsistent)
             let total = expected.values.reduce(0) { $0 + $1.reduce(1, *) }
             guard total <= blob.count / 2 else { throw inconsistent("the file holds fewer weights than its architecture needs") }
@@ -206,6 +232,7 @@ public struct SpeechModel: Sendable {
                     out[i] = value
                 }
                 guard finite else { throw inconsistent("\(tensorName) holds a non-finite value") }
+                release(entry.offset, entry.bytes)
             }
             guard let v = header.tensors["vocabulary"], v.type == "uint8", v.shape == [v.bytes], v.offset >= 0,
                   v.offset <= blob.count, v.bytes <= blob.count - v.offset

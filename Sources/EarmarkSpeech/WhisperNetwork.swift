@@ -61,6 +61,8 @@ public final class WhisperNetwork {
     private let ta: UnsafeMutablePointer<Float>
     private let tf: UnsafeMutablePointer<Float>
     private let logitsBuffer: UnsafeMutablePointer<Float>
+    /// Attention weights of one decoder query.
+    private let stepScores: UnsafeMutablePointer<Float>
     /// Tokens the decoder has read since ``resetDecoder()``.
     public private(set) var position = 0
     /// While ``crossAttentionLogits(tokens:heads:frames:)`` runs: where head (layer·heads + head) of the cross-attention
@@ -115,17 +117,24 @@ public final class WhisperNetwork {
             made.append(p)
             return p
         }
-        columns = buffer(max(frames * mels * 3, context * d * 3))
-        stem = buffer(frames * d)
-        x = buffer(context * d)
-        h = buffer(context * d)
-        qkv = buffer(context * 3 * d)
-        attended = buffer(context * d)
-        wide = buffer(context * 4 * d)
-        scores = buffer(max(context * context, textContext))
+        // One arena serves the encoder's scratch and then the cross-attention keys and values: the encoder's
+        // intermediate values are dead once its output is in `encoded`. In the encoder, the im2col columns and the
+        // attention scores share the feed-forward buffer and the stem shares the query/key/value buffer.
+        let qkvSize = max(3 * context * d, frames * d)
+        let wideSize = max(4 * context * d, frames * mels * 3, context * d * 3, context * context)
+        let arena = buffer(max(3 * context * d + qkvSize + wideSize, 2 * a.textLayers * context * d))
+        x = arena
+        h = arena + context * d
+        attended = arena + 2 * context * d
+        qkv = arena + 3 * context * d
+        wide = qkv + qkvSize
+        columns = wide
+        scores = wide
+        stem = qkv
         encoded = buffer(context * d)
-        crossKeys = buffer(a.textLayers * context * d)
-        crossValues = buffer(a.textLayers * context * d)
+        crossKeys = arena
+        crossValues = arena + a.textLayers * context * d
+        stepScores = buffer(max(context, textContext))
         selfKeys = buffer(a.textLayers * textContext * d)
         selfValues = buffer(a.textLayers * textContext * d)
         tx = buffer(d)
@@ -283,14 +292,14 @@ public final class WhisperNetwork {
         let d = self.d, hs = headSize
         for head in 0..<heads {
             cblas_sgemv(CblasRowMajor, CblasNoTrans, Int32(count), Int32(hs), scale, keys + head * hs, Int32(d),
-                        query + head * hs, 1, 0, scores, 1)
+                        query + head * hs, 1, 0, stepScores, 1)
             if let l = captureLayer, let capture, captureIndex[l * heads + head] >= 0 {
                 let i = captureIndex[l * heads + head]
-                (capture + (i * captureTokens + position) * captureFrames).update(from: scores, count: min(captureFrames, count))
+                (capture + (i * captureTokens + position) * captureFrames).update(from: stepScores, count: min(captureFrames, count))
             }
-            WhisperNetwork.softmax(scores, count: count)
+            WhisperNetwork.softmax(stepScores, count: count)
             cblas_sgemv(CblasRowMajor, CblasTrans, Int32(count), Int32(hs), 1, values + head * hs, Int32(d),
-                        scores, 1, 0, out + head * hs, 1)
+                        stepScores, 1, 0, out + head * hs, 1)
         }
     }
 

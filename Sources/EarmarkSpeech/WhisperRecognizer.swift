@@ -90,6 +90,8 @@ public final class WhisperRecognizer {
     public let frontEnd: WhisperFrontEnd
     private var scratch: [Float]
     private var disabled: [Bool]
+    /// End of the last timed word of the recording being transcribed (seconds).
+    private var lastSpeechTime = 0.0
 
     public init(model: SpeechModel) {
         self.model = model
@@ -123,6 +125,7 @@ public final class WhisperRecognizer {
         var done = 0
         var segments: [TranscriptSegment] = []
         var language = options.language, languageProbability = 1.0
+        lastSpeechTime = 0
         for piece in pieces {
             let slice = piece == samples.indices ? samples : Array(samples[piece])
             let base = done
@@ -200,7 +203,7 @@ public final class WhisperRecognizer {
         timed = WhisperRecognizer.mergePunctuation(timed)
         // Hand the words to the segments their first tokens belong to.
         var next = 0
-        var lastSpeech = offset
+        var lastSpeech = lastSpeechTime
         let longest = median * 2
         for (s, tokens) in text.enumerated() {
             var count = 0
@@ -236,6 +239,7 @@ public final class WhisperRecognizer {
             }
             segments[s].words = mine
             lastSpeech = mine.last?.end ?? lastSpeech
+            lastSpeechTime = lastSpeech
         }
     }
 

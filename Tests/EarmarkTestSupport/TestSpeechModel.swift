@@ -24,12 +24,7 @@ public struct TestSpeechModelSet: Sendable {
     /// CTranslate2's references for several recordings of 16-kHz mono samples at once (one model load).
     public func references(_ recordings: [[Float]], language: String = "auto") throws -> [SpeechReference] {
         let tmp = try TemporaryDirectory("speech-reference")
-        var inputs: [String] = []
-        for (i, samples) in recordings.enumerated() {
-            let url = tmp.file("r\(i).f32")
-            try samples.withUnsafeBufferPointer { try Data(buffer: $0).write(to: url) }
-            inputs.append(url.path)
-        }
+        let inputs = try writeFloat32Files(recordings, in: tmp)
         let out = try Run.process(python, [referenceScript, "--language", language] + inputs + [tmp.path("out")], timeout: 900)
         guard out.status == 0 else { throw TestSupportError("whisper_reference.py failed: \(out)") }
         func floats(_ url: URL) throws -> [Float] {
@@ -129,12 +124,7 @@ public enum WordTimeReference {
     /// The reference's words for each recording of 16-kHz mono samples (one model load for all).
     public static func words(_ recordings: [[Float]]) throws -> [[ReferenceWord]] {
         let tmp = try TemporaryDirectory("word-reference")
-        var inputs: [String] = []
-        for (i, samples) in recordings.enumerated() {
-            let url = tmp.file("r\(i).f32")
-            try samples.withUnsafeBufferPointer { try Data(buffer: $0).write(to: url) }
-            inputs.append(url.path)
-        }
+        let inputs = try writeFloat32Files(recordings, in: tmp)
         let script = TestPaths.repositoryRoot.appendingPathComponent("tools/whisper-word-reference.sh").path
         let out = try Run.process("/bin/bash", [script, tmp.path("out.json")] + inputs, timeout: 1800)
         guard out.status == 0 else { throw TestSupportError("whisper-word-reference.sh failed: \(out)") }
@@ -142,5 +132,14 @@ public enum WordTimeReference {
         return json.map { list in
             list.map { ReferenceWord(word: $0["word"] as? String ?? "", start: $0["start"] as? Double ?? 0, end: $0["end"] as? Double ?? 0) }
         }
+    }
+}
+
+/// Writes each recording as raw float32 `r<i>.f32` in `folder`; returns the paths.
+func writeFloat32Files(_ recordings: [[Float]], in folder: TemporaryDirectory) throws -> [String] {
+    try recordings.enumerated().map { i, samples in
+        let url = folder.file("r\(i).f32")
+        try samples.withUnsafeBufferPointer { try Data(buffer: $0).write(to: url) }
+        return url.path
     }
 }
