@@ -26,8 +26,22 @@ public struct SpeechDetector {
             throw SoundModelError(.inconsistent, "the sound model \(soundModel.name) has no speech label")
         }
         let stream = try SoundClassificationStream(model: soundModel, options: ClassificationOptions(topK: 1))
-        var windows = try stream.append(PCMBuffer(samples: samples, sampleRate: Double(sampleRate)))
-        windows += stream.finish()
+        // Fed 10 s at a time; a window keeps only its scores (an hour holds 7,500 windows).
+        var windows: [SoundWindow] = []
+        func keep(_ more: [SoundWindow]) {
+            for var w in more {
+                w.embedding = []
+                windows.append(w)
+            }
+        }
+        let chunk = 10 * sampleRate
+        var from = 0
+        while from < samples.count {
+            let to = min(samples.count, from + chunk)
+            keep(try stream.append(PCMBuffer(samples: Array(samples[from..<to]), sampleRate: Double(sampleRate))))
+            from = to
+        }
+        keep(stream.finish())
         let duration = Double(samples.count) / Double(sampleRate)
         return SpeechDetector.widen(activity.ranges(windows), by: padding, within: duration)
     }
