@@ -151,8 +151,10 @@ struct TranscriptReport: Encodable {
     init(path: String, model: String, result: Transcription, words: Bool = false) {
         self.path = path
         self.model = model
-        language = result.language
-        languageProbability = result.languageProbability
+        // Nothing read (no speech) and no language given: no language to report.
+        let known = !(result.speech?.isEmpty ?? false) || result.languageProbability > 0
+        language = known ? result.language : nil
+        languageProbability = known ? result.languageProbability : nil
         duration = result.duration
         text = result.text
         segments = result.segments.map { s in

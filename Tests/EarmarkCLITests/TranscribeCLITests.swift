@@ -35,6 +35,7 @@ struct TranscribeCLITests {
         #expect(quiet.status == 0)
         let m = try #require(try JSONSerialization.jsonObject(with: quiet.stdout) as? [String: Any])
         #expect(m["text"] as? String == "")
+        #expect(m["language"] is NSNull)
         #expect((m["speech"] as? [Any])?.isEmpty == true)
         #expect((m["segments"] as? [Any])?.isEmpty == true)
 
