@@ -21,9 +21,12 @@ struct TranscribeCommand: AsyncParsableCommand {
         files are separated by a line naming each file.
 
         The model is --model PATH, else $EARMARK_SPEECH_MODEL, else models/whisper-base.emodel beside the \
-        executable's source tree or in the working directory, else ~/.local/share/earmark/models/whisper-base.emodel.
+        executable's source tree or in the working directory, else ~/.local/share/earmark/models/whisper-base.emodel. \
+        The sound model that finds the speech is --sound-model PATH, else the one `earmark classify` uses \
+        ($EARMARK_MODEL, models/yamnet.emodel, …).
 
-        Exit codes: 0 every file transcribed; 2 a file or the model could not be read.
+        Exit codes: 0 every file transcribed (music or silence only gives an empty transcript); 2 a file or a \
+        model could not be read.
         """
     )
 
