@@ -2,7 +2,8 @@
 import PackageDescription
 
 // Pipeline: C shims ← EarmarkAudio (+ EarmarkCapture: microphones), EarmarkDSP ← EarmarkSignature ← EarmarkCatalog ← EarmarkMatching
-// ← EarmarkStreaming (live sessions); EarmarkAnalysis (music metadata), EarmarkClassification (sound classes) ← EarmarkKit
+// ← EarmarkStreaming (live sessions); EarmarkAnalysis (music metadata), EarmarkClassification (sound classes), EarmarkSpeech
+// (speech to text) ← EarmarkKit
 // ← EarmarkServer (HTTP API) ← earmark (CLI). Every C library comes from Debian through a system-library target.
 let package = Package(
     name: "Earmark",
@@ -53,9 +54,11 @@ let package = Package(
         // The instrument head (tools/train-instrument-head.sh) ships as a resource; InstrumentHead finds the bundle itself.
         .target(name: "EarmarkClassification", dependencies: ["COpenBLAS", "EarmarkAudio", "EarmarkDSP"],
                 resources: [.copy("Resources/instrument-head.json")]),
+        // Speech to text: Whisper base in Float32 on OpenBLAS (model made by tools/fetch-speech-model.sh).
+        .target(name: "EarmarkSpeech", dependencies: ["COpenBLAS", "EarmarkAudio", "EarmarkDSP", "EarmarkClassification"]),
         .target(name: "EarmarkKit", dependencies: [
             "EarmarkAudio", "EarmarkSignature", "EarmarkCatalog", "EarmarkMatching", "EarmarkStreaming", "EarmarkAnalysis",
-            "EarmarkClassification",
+            "EarmarkClassification", "EarmarkSpeech",
         ]),
         // `earmark serve`: the HTTP API over one warm catalog (Hummingbird 2).
         .target(name: "EarmarkServer", dependencies: [
@@ -74,6 +77,7 @@ let package = Package(
         .executableTarget(name: "earmark-listen-bench", dependencies: ["EarmarkKit"]),
         .executableTarget(name: "earmark-classify-bench", dependencies: ["EarmarkKit"]),
         .executableTarget(name: "earmark-music-bench", dependencies: ["EarmarkKit"]),
+        .executableTarget(name: "earmark-speech-bench", dependencies: ["EarmarkKit"]),
         // Matching against catalogs of 100 h to 10,000 h grown with EarmarkSynthetic (tools/scale-bench.sh).
         .executableTarget(name: "earmark-scale-bench", dependencies: ["EarmarkKit", "EarmarkSynthetic"]),
         .target(name: "EarmarkTestSupport", dependencies: ["EarmarkKit"], path: "Tests/EarmarkTestSupport"),
@@ -85,6 +89,7 @@ let package = Package(
         .testTarget(name: "EarmarkMatchingTests", dependencies: ["EarmarkMatching", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkSyntheticTests", dependencies: ["EarmarkSynthetic", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkAnalysisTests", dependencies: ["EarmarkAnalysis", "EarmarkTestSupport"]),
+        .testTarget(name: "EarmarkSpeechTests", dependencies: ["EarmarkSpeech", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkClassificationTests", dependencies: ["EarmarkClassification", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkStreamingTests", dependencies: ["EarmarkStreaming", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkKitTests", dependencies: ["EarmarkKit", "EarmarkTestSupport"]),
@@ -102,6 +107,7 @@ let package = Package(
         .executableTarget(name: "fuzz-catalog", dependencies: ["EarmarkFuzzing"]),
         .executableTarget(name: "fuzz-wav", dependencies: ["EarmarkFuzzing"]),
         .executableTarget(name: "fuzz-csv", dependencies: ["EarmarkFuzzing"]),
+        .executableTarget(name: "fuzz-speech-model", dependencies: ["EarmarkFuzzing"]),
         .testTarget(name: "EarmarkFuzzingTests", dependencies: ["EarmarkFuzzing", "EarmarkKit", "EarmarkTestSupport"]),
     ],
     swiftLanguageModes: [.v6]

@@ -72,4 +72,8 @@ printf 'path\n' >"$d/header-only.csv"
 d=$corpus/model; rm -rf "$d"; mkdir -p "$d"
 python3 "$repo/tools/fuzz-model-seeds.py" "$d"
 
+# --- speech-model: tiny Whisper-shaped models in the speech .emodel format (docs/speech.md)
+d=$corpus/speech-model; rm -rf "$d"; mkdir -p "$d"
+python3 "$repo/tools/fuzz-speech-model-seeds.py" "$d"
+
 du -sh "$corpus"/*

@@ -18,6 +18,8 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
     case wav
     /// `CSV.parse` and `MetadataTable`: a `catalog add --metadata` file.
     case csv
+    /// `SpeechModel(data:name:)`: a speech `.emodel` file (Whisper).
+    case speechModel = "speech-model"
 
     /// The executable's name: `fuzz-signature`, ….
     public var executableName: String { "fuzz-\(rawValue)" }
@@ -30,6 +32,7 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
         case .catalog: CatalogFuzzing.run(bytes)
         case .wav: WAVFuzzing.run(bytes)
         case .csv: CSVFuzzing.run(bytes)
+        case .speechModel: SpeechModelFuzzing.run(bytes)
         }
     }
 

@@ -4,6 +4,7 @@
 @_exported import EarmarkCatalog
 @_exported import EarmarkMatching
 @_exported import EarmarkSignature
+@_exported import EarmarkSpeech
 @_exported import EarmarkStreaming
 import Foundation
 

@@ -26,7 +26,7 @@ struct EarmarkCommand: AsyncParsableCommand {
         (unreadable file, locked/read-only/damaged catalog, …); 64 invalid command-line usage.
         """,
         version: "0.1.0",
-        subcommands: [CatalogCommand.self, MatchCommand.self, ListenCommand.self, ServeCommand.self, AnalyzeCommand.self, ClassifyCommand.self, TrainClassifierCommand.self, SignatureCommand.self]
+        subcommands: [CatalogCommand.self, MatchCommand.self, ListenCommand.self, ServeCommand.self, AnalyzeCommand.self, ClassifyCommand.self, TranscribeCommand.self, TrainClassifierCommand.self, SignatureCommand.self]
     )
 
     static func main() async {

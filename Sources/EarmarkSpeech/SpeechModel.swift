@@ -1,0 +1,407 @@
+import Foundation
+
+/// An error loading a speech model.
+public struct SpeechModelError: Error, CustomStringConvertible, Sendable, Equatable {
+    public enum Code: String, Sendable {
+        /// No model file where one was looked for.
+        case notFound
+        /// Not a speech model file, a damaged one, or a truncated one.
+        case invalidFile
+        /// A format version this build cannot read.
+        case unsupportedVersion
+        /// The tensors do not fit the architecture the header states.
+        case inconsistent
+    }
+    public var code: Code
+    public var message: String
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+    public var description: String { message }
+}
+
+/// Sizes of a Whisper network (header field `architecture`).
+public struct WhisperArchitecture: Codable, Sendable, Equatable {
+    /// Mel bands per frame (80).
+    public var melBands: Int
+    /// Encoder positions per 30-s window (1500: two mel frames each).
+    public var audioContext: Int
+    /// Width of the encoder (512 for base), its attention heads and blocks.
+    public var audioState: Int
+    public var audioHeads: Int
+    public var audioLayers: Int
+    /// Tokens in the vocabulary (51,865 for the multilingual models).
+    public var vocabularySize: Int
+    /// Most decoder positions (prompt and sampled tokens together).
+    public var textContext: Int
+    /// Width of the decoder, its attention heads and blocks.
+    public var textState: Int
+    public var textHeads: Int
+    public var textLayers: Int
+}
+
+/// The log-mel front end a speech model expects (header field `frontEnd`).
+public struct WhisperFrontEndSpec: Codable, Sendable, Equatable {
+    /// Hz (16,000 for Whisper).
+    public var sampleRate: Int
+    /// FFT and Hann window length in samples (400 = 25 ms).
+    public var fftLength: Int
+    /// Frame hop in samples (160 = 10 ms).
+    public var hopLength: Int
+    /// Mel bands per frame (80).
+    public var melBands: Int
+    /// Seconds of audio the encoder reads at once (30).
+    public var chunkSeconds: Int
+
+    /// Mel frames per window (3,000).
+    public var chunkFrames: Int { chunkSeconds * sampleRate / hopLength }
+}
+
+/// Token ids with a fixed role.
+public struct WhisperSpecialTokens: Codable, Sendable, Equatable {
+    public var endOfText: Int
+    public var startOfTranscript: Int
+    public var translate: Int
+    public var transcribe: Int
+    public var startOfPrevious: Int
+    public var noSpeech: Int
+    public var noTimestamps: Int
+    /// `<|0.00|>`; every id from here to the end of the vocabulary is a time, 0.02 s apart.
+    public var timestampBegin: Int
+}
+
+/// A language the model knows, with its token (`<|en|>` …).
+public struct WhisperLanguage: Codable, Sendable, Equatable, Hashable {
+    /// ISO 639-1 code as Whisper spells it ("en", "fr", "haw", …).
+    public var code: String
+    public var token: Int
+}
+
+struct TensorEntry: Codable, Sendable {
+    var offset: Int
+    var bytes: Int
+    var shape: [Int]
+    var type: String
+}
+
+struct SpeechModelHeader: Codable, Sendable {
+    var name: String
+    var description: String?
+    var licence: String?
+    var architecture: WhisperArchitecture
+    var frontEnd: WhisperFrontEndSpec
+    var special: WhisperSpecialTokens
+    var languages: [WhisperLanguage]
+    var suppressTokens: [Int]
+    var suppressAtBegin: [Int]
+    var alignmentHeads: [[Int]]?
+    var tensors: [String: TensorEntry]
+    var blobBytes: Int
+    var blobChecksum: String
+}
+
+/// A Whisper speech recogniser's weights and vocabulary in Earmark's own file format (`.emodel`, magic
+/// `EARWHSPR`; see docs/speech.md), loaded and checked.
+///
+/// `tools/fetch-speech-model.sh` makes the file from Systran's CTranslate2 conversion of Whisper base.
+/// Every byte is treated as untrusted: loading checks the magic, version, sizes and checksum, and that
+/// every tensor has the shape the stated architecture needs, so a truncated, damaged or foreign file is
+/// refused with a ``SpeechModelError``. The float16 weights are widened to Float32 once, here.
+///
+/// ```swift
+/// let model = try SpeechModel(path: "models/whisper-base.emodel")
+/// let recognizer = WhisperRecognizer(model: model)
+/// ```
+public struct SpeechModel: Sendable {
+    static let magic = Array("EARWHSPR".utf8)
+    /// The format version this build reads.
+    public static let formatVersion: UInt32 = 1
+    static let alignment = 64
+
+    /// Where `tools/fetch-speech-model.sh` puts the model, relative to the repository.
+    public static let defaultRelativePath = "models/whisper-base.emodel"
+
+    /// The model's name ("whisper-base").
+    public let name: String
+    /// What the network is, from the converter.
+    public let description: String?
+    /// Licence and origin of the weights.
+    public let licence: String?
+    public let architecture: WhisperArchitecture
+    public let frontEnd: WhisperFrontEndSpec
+    public let special: WhisperSpecialTokens
+    /// The languages in the order of the model's language tokens.
+    public let languages: [WhisperLanguage]
+    /// Tokens never sampled (punctuation-like symbols and special tokens, from the model's config).
+    public let suppressTokens: [Int]
+    /// Tokens not sampled first (a blank and end of text).
+    public let suppressAtBegin: [Int]
+    /// Decoder cross-attention heads (layer, head) used for word times (from the model's config).
+    public let alignmentHeads: [(layer: Int, head: Int)]
+    /// The tokenizer for this model's vocabulary.
+    public let tokenizer: WhisperTokenizer
+    let weights: WeightStorage
+
+    /// Reads and checks a model file.
+    public init(path: String) throws {
+        guard FileManager.default.fileExists(atPath: path) else {
+            throw SpeechModelError(.notFound, "no speech model at \(path) (run tools/fetch-speech-model.sh to fetch and convert Whisper base)")
+        }
+        // Mapped read-only by hand (not Data's mapping, which may copy), so that pages already converted can be
+        // dropped while loading: the float16 file and the Float32 weights are then never resident together.
+        let fd = open(path, O_RDONLY)
+        guard fd >= 0 else {
+            throw SpeechModelError(.invalidFile, "cannot read the speech model \(path): \(String(cString: strerror(errno)))")
+        }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else {
+            throw SpeechModelError(.invalidFile, "cannot read the speech model \(path): \(String(cString: strerror(errno)))")
+        }
+        let size = Int(info.st_size)
+        guard size > 0 else { try self.init(data: Data(), name: path); return }
+        guard let mapped = mmap(nil, size, PROT_READ, MAP_PRIVATE, fd, 0), mapped != MAP_FAILED else {
+            throw SpeechModelError(.invalidFile, "cannot map the speech model \(path): \(String(cString: strerror(errno)))")
+        }
+        let data = Data(bytesNoCopy: mapped, count: size, deallocator: .custom { pointer, count in munmap(pointer, count) })
+        try self.init(data: data, name: path, fileMapped: true)
+    }
+
+    /// Parses a model from its bytes; `name` is used in error messages.
+    public init(data: Data, name fileName: String = "model") throws {
+        try self.init(data: data, name: fileName, fileMapped: false)
+    }
+
+    /// `fileMapped`: `data` is a read-only private mapping of a file, whose pages may be released once read.
+    private init(data: Data, name fileName: String, fileMapped: Bool) throws {
+        func bad(_ why: String) -> SpeechModelError {
+            SpeechModelError(.invalidFile, "\(fileName) is not a usable speech model: \(why)")
+        }
+        func inconsistent(_ why: String) -> SpeechModelError { SpeechModelError(.inconsistent, "\(fileName): \(why)") }
+        let parsed: (SpeechModelHeader, WeightStorage, [UInt8]) = try data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
+            guard raw.count >= 16, Array(raw[0..<8]) == SpeechModel.magic else { throw bad("no EARWHSPR signature") }
+            func u32(_ at: Int) -> UInt32 { (0..<4).reduce(UInt32(0)) { $0 | UInt32(raw[at + $1]) << (8 * $1) } }
+            let version = u32(8)
+            guard version == SpeechModel.formatVersion else {
+                throw SpeechModelError(.unsupportedVersion, "\(fileName) has speech model format version \(version); this build reads version \(SpeechModel.formatVersion)")
+            }
+            let headerLength = Int(u32(12))
+            guard headerLength > 0, headerLength <= raw.count - 16 else { throw bad("truncated header") }
+            let header: SpeechModelHeader
+            do {
+                header = try JSONDecoder().decode(SpeechModelHeader.self, from: Data(raw[16..<(16 + headerLength)]))
+            } catch {
+                throw bad("damaged header (\(error))")
+            }
+            let blobStart = (16 + headerLength + SpeechModel.alignment - 1) / SpeechModel.alignment * SpeechModel.alignment
+            // Compared by subtraction: a damaged header may state any Int, and a sum could overflow.
+            guard header.blobBytes >= 0, header.blobBytes % 8 == 0, blobStart <= raw.count, header.blobBytes == raw.count - blobStart else {
+                throw bad("expected \(blobStart) + \(header.blobBytes) bytes, found \(raw.count) (truncated or extended)")
+            }
+            let blob = UnsafeRawBufferPointer(rebasing: raw[blobStart...])
+            // Drops the pages of a file mapping from memory (they are read again from the file if touched).
+            func release(_ from: Int, _ count: Int) {
+                guard fileMapped, count > 0 else { return }
+                let page = Int(sysconf(Int32(_SC_PAGESIZE)))
+                let start = raw.baseAddress! + blobStart + from
+                let aligned = UnsafeRawPointer(bitPattern: Int(bitPattern: start) / page * page)!
+                let end = Int(bitPattern: start) + count
+                _ = madvise(UnsafeMutableRawPointer(mutating: aligned), end - Int(bitPattern: aligned), Int32(MADV_DONTNEED))
+            }
+            guard SpeechModel.checksum(blob) == header.blobChecksum.lowercased() else { throw bad("checksum mismatch (damaged weights)") }
+            release(0, blob.count)
+            let expected = try SpeechModel.expectedShapes(header, inconsistent)
+            let total = expected.values.reduce(0) { $0 + $1.reduce(1, *) }
+            guard total <= blob.count / 2 else { throw inconsistent("the file holds fewer weights than its architecture needs") }
+            let weights = WeightStorage(count: total)
+            for (tensorName, shape) in expected.sorted(by: { $0.key < $1.key }) {
+                guard let entry = header.tensors[tensorName] else { throw inconsistent("no tensor \(tensorName)") }
+                guard entry.shape == shape else { throw inconsistent("\(tensorName) has shape \(entry.shape), the architecture needs \(shape)") }
+                let count = shape.reduce(1, *)
+                guard entry.type == "float16", entry.bytes == count * 2, entry.offset >= 0, entry.offset % 2 == 0,
+                      entry.offset <= blob.count, entry.bytes <= blob.count - entry.offset
+                else { throw inconsistent("\(tensorName) is not \(count) float16 values inside the blob") }
+                let out = weights.add(tensorName, count: count)
+                let base = blob.baseAddress! + entry.offset
+                var finite = true
+                for i in 0..<count {
+                    let bits = UInt16(littleEndian: base.loadUnaligned(fromByteOffset: 2 * i, as: UInt16.self))
+                    let value = Float(Float16(bitPattern: bits))
+                    finite = finite && value.isFinite
+                    out[i] = value
+                }
+                guard finite else { throw inconsistent("\(tensorName) holds a non-finite value") }
+                release(entry.offset, entry.bytes)
+            }
+            guard let v = header.tensors["vocabulary"], v.type == "uint8", v.shape == [v.bytes], v.offset >= 0,
+                  v.offset <= blob.count, v.bytes <= blob.count - v.offset
+            else { throw inconsistent("no vocabulary inside the blob") }
+            return (header, weights, Array(blob[v.offset..<(v.offset + v.bytes)]))
+        }
+        let (header, weights, vocabulary) = parsed
+        let a = header.architecture
+        let tokenizer = try WhisperTokenizer(vocabulary: vocabulary, special: header.special, languages: header.languages,
+                                             vocabularySize: a.vocabularySize, fileName: fileName)
+        for id in header.suppressTokens + header.suppressAtBegin + header.languages.map(\.token) where !(0..<a.vocabularySize).contains(id) {
+            throw inconsistent("token id \(id) outside the vocabulary")
+        }
+        name = header.name
+        description = header.description
+        licence = header.licence
+        architecture = a
+        frontEnd = header.frontEnd
+        special = header.special
+        languages = header.languages
+        suppressTokens = header.suppressTokens
+        suppressAtBegin = header.suppressAtBegin
+        // The heads whose cross-attention follows the speech; without them, every head of the upper half (Whisper's default).
+        let heads = (header.alignmentHeads ?? []).filter {
+            $0.count == 2 && (0..<a.textLayers).contains($0[0]) && (0..<a.textHeads).contains($0[1])
+        }
+        if heads.isEmpty {
+            alignmentHeads = (a.textLayers / 2..<a.textLayers).flatMap { l in (0..<a.textHeads).map { (layer: l, head: $0) } }
+        } else {
+            alignmentHeads = heads.map { (layer: $0[0], head: $0[1]) }
+        }
+        self.tokenizer = tokenizer
+        self.weights = weights
+    }
+
+    /// The sums of `blobChecksum`: over little-endian UInt64 words w, s1 = Σ w[i], s2 = Σ (i + 1)·w[i], both mod 2⁶⁴.
+    static func checksum(_ blob: UnsafeRawBufferPointer) -> String {
+        var s1: UInt64 = 0, s2: UInt64 = 0
+        let n = blob.count / 8
+        let base = blob.baseAddress
+        for i in 0..<n {
+            let w = UInt64(littleEndian: base!.loadUnaligned(fromByteOffset: 8 * i, as: UInt64.self))
+            s1 &+= w
+            s2 &+= UInt64(i + 1) &* w
+        }
+        func hex(_ v: UInt64) -> String {
+            let s = String(v, radix: 16)
+            return String(repeating: "0", count: 16 - s.count) + s
+        }
+        return hex(s1) + ":" + hex(s2)
+    }
+
+    /// Every weight tensor the network reads, with the shape the architecture gives it.
+    static func expectedShapes(_ header: SpeechModelHeader, _ inconsistent: (String) -> SpeechModelError) throws -> [String: [Int]] {
+        let a = header.architecture, fe = header.frontEnd
+        // Bounds far above Whisper large's (1280 wide, 32 layers, 51,866 tokens) keep every product within Int.
+        guard (1...4096).contains(a.audioState), (1...4096).contains(a.textState), a.audioState == a.textState,
+              (1...64).contains(a.audioHeads), (1...64).contains(a.textHeads),
+              a.audioState % a.audioHeads == 0, a.textState % a.textHeads == 0,
+              (1...64).contains(a.audioLayers), (1...64).contains(a.textLayers),
+              (1...4096).contains(a.textContext), (1...200_000).contains(a.vocabularySize),
+              (1...512).contains(a.melBands), a.melBands == fe.melBands,
+              fe.sampleRate == 16_000, (16...4096).contains(fe.fftLength), (1...4096).contains(fe.hopLength),
+              (1...60).contains(fe.chunkSeconds), (2...6000).contains(fe.chunkFrames), fe.chunkFrames % 2 == 0,
+              a.audioContext == fe.chunkFrames / 2
+        else { throw inconsistent("architecture or front end out of range") }
+        let s = header.special
+        guard [s.endOfText, s.startOfTranscript, s.translate, s.transcribe, s.startOfPrevious, s.noSpeech, s.noTimestamps]
+                .allSatisfy({ (0..<a.vocabularySize).contains($0) }),
+              s.timestampBegin == s.noTimestamps + 1, s.timestampBegin < a.vocabularySize, s.endOfText < s.timestampBegin
+        else { throw inconsistent("special tokens outside the vocabulary") }
+        let d = a.audioState, f = 4 * d
+        var shapes: [String: [Int]] = [
+            "encoder/conv1/weight": [d, a.melBands, 3], "encoder/conv1/bias": [d],
+            "encoder/conv2/weight": [d, d, 3], "encoder/conv2/bias": [d],
+            "encoder/position_encodings/encodings": [a.audioContext, d],
+            "encoder/layer_norm/gamma": [d], "encoder/layer_norm/beta": [d],
+            "decoder/embeddings/weight": [a.vocabularySize, d],
+            "decoder/position_encodings/encodings": [a.textContext, d],
+            "decoder/layer_norm/gamma": [d], "decoder/layer_norm/beta": [d],
+        ]
+        func norm(_ p: String) { shapes[p + "/layer_norm/gamma"] = [d]; shapes[p + "/layer_norm/beta"] = [d] }
+        func linear(_ p: String, _ rows: Int, _ cols: Int) { shapes[p + "/weight"] = [rows, cols]; shapes[p + "/bias"] = [rows] }
+        func ffn(_ p: String) { norm(p); linear(p + "/linear_0", f, d); linear(p + "/linear_1", d, f) }
+        for i in 0..<a.audioLayers {
+            let p = "encoder/layer_\(i)"
+            norm(p + "/self_attention")
+            linear(p + "/self_attention/linear_0", 3 * d, d)
+            linear(p + "/self_attention/linear_1", d, d)
+            ffn(p + "/ffn")
+        }
+        for i in 0..<a.textLayers {
+            let p = "decoder/layer_\(i)"
+            norm(p + "/self_attention")
+            linear(p + "/self_attention/linear_0", 3 * d, d)
+            linear(p + "/self_attention/linear_1", d, d)
+            norm(p + "/attention")
+            linear(p + "/attention/linear_0", d, d)
+            linear(p + "/attention/linear_1", 2 * d, d)
+            linear(p + "/attention/linear_2", d, d)
+            ffn(p + "/ffn")
+        }
+        return shapes
+    }
+
+    /// A weight tensor (present: the loader checked every name the network reads).
+    func tensor(_ name: String) -> UnsafePointer<Float> { weights.pointer(name) }
+
+    /// The language with this code, if the model knows it.
+    public func language(code: String) -> WhisperLanguage? { languages.first { $0.code == code } }
+}
+
+/// Every weight of a model in one Float32 allocation, written once while loading and only read after
+/// that; `@unchecked Sendable` is safe because nothing mutates it once ``SpeechModel`` holds it.
+final class WeightStorage: @unchecked Sendable {
+    private let base: UnsafeMutablePointer<Float>
+    private let capacity: Int
+    private var used = 0
+    private var offsets: [String: Int] = [:]
+
+    init(count: Int) {
+        capacity = count
+        base = .allocate(capacity: max(1, count))
+    }
+
+    deinit { base.deallocate() }
+
+    /// Reserves `count` values for `name` (loading only).
+    func add(_ name: String, count: Int) -> UnsafeMutablePointer<Float> {
+        precondition(used + count <= capacity)
+        offsets[name] = used
+        used += count
+        return base + (used - count)
+    }
+
+    func pointer(_ name: String) -> UnsafePointer<Float> { UnsafePointer(base + offsets[name]!) }
+}
+
+extension SpeechModel {
+    /// File name of the default model.
+    public static let defaultFileName = "whisper-base.emodel"
+
+    /// Where the default model is looked for, in order: `$EARMARK_SPEECH_MODEL`; `models/whisper-base.emodel`
+    /// in the folder of the executable or any of its parents (a build inside the source tree finds the tree's
+    /// `models/`, where tools/fetch-speech-model.sh puts it); the same in the working directory;
+    /// `$XDG_DATA_HOME/earmark/models/` (else `~/.local/share/earmark/models/`).
+    public static func defaultPathCandidates() -> [String] {
+        let env = ProcessInfo.processInfo.environment
+        if let explicit = env["EARMARK_SPEECH_MODEL"], !explicit.isEmpty { return [explicit] }
+        var out: [String] = []
+        var dir = URL(fileURLWithPath: CommandLine.arguments.first ?? ".").resolvingSymlinksInPath().deletingLastPathComponent()
+        for _ in 0..<6 {
+            out.append(dir.appendingPathComponent("models/\(defaultFileName)").path)
+            dir = dir.deletingLastPathComponent()
+        }
+        out.append(FileManager.default.currentDirectoryPath + "/models/\(defaultFileName)")
+        let data = env["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? ((env["HOME"] ?? NSHomeDirectory()) + "/.local/share")
+        out.append(data + "/earmark/models/\(defaultFileName)")
+        return out
+    }
+
+    /// Loads `path`, or the first default candidate that exists; a missing default names every place it looked.
+    public static func load(path: String?) throws -> SpeechModel {
+        if let path { return try SpeechModel(path: path) }
+        let places = defaultPathCandidates()
+        guard let found = places.first(where: { FileManager.default.fileExists(atPath: $0) }) else {
+            throw SpeechModelError(.notFound, "no speech model found (looked in \(places.joined(separator: ", "))); "
+                                   + "run tools/fetch-speech-model.sh to fetch and convert Whisper base, or pass --model")
+        }
+        return try SpeechModel(path: found)
+    }
+}

@@ -1,0 +1,372 @@
+import COpenBLAS
+import Foundation
+
+/// Whisper's encoder and decoder in Float32 on OpenBLAS, with the decoder's key/value caches.
+///
+/// The encoder reads one 30-s window of log-mel frames (frame-major, `chunkFrames × melBands`) and
+/// leaves `audioContext × audioState` values in ``encoderOutput``; ``prepareDecoder()`` then projects them to
+/// every decoder layer's cross-attention keys and values once, and ``step(_:)`` runs one token through
+/// the decoder (self-attention over the tokens so far, cross-attention over the window) and returns the
+/// next token's logits. All buffers are allocated in `init`; nothing is allocated per token or per frame.
+/// An instance is not thread-safe; give each thread its own (they share the model's weights).
+public final class WhisperNetwork {
+    struct Linear {
+        var weight: UnsafePointer<Float>
+        var bias: UnsafePointer<Float>
+        var rows: Int, cols: Int
+    }
+    struct Norm {
+        var gamma: UnsafePointer<Float>
+        var beta: UnsafePointer<Float>
+    }
+    struct EncoderLayer {
+        var attentionNorm: Norm, qkv: Linear, output: Linear
+        var ffnNorm: Norm, ffn0: Linear, ffn1: Linear
+    }
+    struct DecoderLayer {
+        var selfNorm: Norm, qkv: Linear, selfOutput: Linear
+        var crossNorm: Norm, crossQuery: Linear, crossKeyValue: Linear, crossOutput: Linear
+        var ffnNorm: Norm, ffn0: Linear, ffn1: Linear
+    }
+
+    public let model: SpeechModel
+    let d: Int, heads: Int, headSize: Int, frames: Int, context: Int, mels: Int, vocabulary: Int, textContext: Int
+    let conv1: Linear, conv2: Linear
+    let encoderPositions: UnsafePointer<Float>, encoderNorm: Norm
+    let encoderLayers: [EncoderLayer]
+    let embeddings: UnsafePointer<Float>, decoderPositions: UnsafePointer<Float>, decoderNorm: Norm
+    let decoderLayers: [DecoderLayer]
+
+    // Encoder scratch.
+    private let columns: UnsafeMutablePointer<Float>
+    private let stem: UnsafeMutablePointer<Float>
+    private let x: UnsafeMutablePointer<Float>
+    private let h: UnsafeMutablePointer<Float>
+    private let qkv: UnsafeMutablePointer<Float>
+    private let attended: UnsafeMutablePointer<Float>
+    private let wide: UnsafeMutablePointer<Float>
+    private let scores: UnsafeMutablePointer<Float>
+    private let encoded: UnsafeMutablePointer<Float>
+    /// The encoder's output for the last window, `audioContext × audioState` (valid until the next ``encode(window:)``).
+    public var encoderOutput: UnsafeBufferPointer<Float> { UnsafeBufferPointer(start: encoded, count: context * d) }
+
+    // Decoder state.
+    private let crossKeys: UnsafeMutablePointer<Float>
+    private let crossValues: UnsafeMutablePointer<Float>
+    private let selfKeys: UnsafeMutablePointer<Float>
+    private let selfValues: UnsafeMutablePointer<Float>
+    private let tx: UnsafeMutablePointer<Float>
+    private let th: UnsafeMutablePointer<Float>
+    private let tqkv: UnsafeMutablePointer<Float>
+    private let ta: UnsafeMutablePointer<Float>
+    private let tf: UnsafeMutablePointer<Float>
+    private let logitsBuffer: UnsafeMutablePointer<Float>
+    /// Attention weights of one decoder query.
+    private let stepScores: UnsafeMutablePointer<Float>
+    /// Tokens the decoder has read since ``resetDecoder()``.
+    public private(set) var position = 0
+    /// While ``crossAttentionLogits(tokens:heads:frames:)`` runs: where head (layer·heads + head) of the cross-attention
+    /// is copied (−1: not copied), the destination, and how many encoder positions are kept.
+    private var captureIndex: [Int] = []
+    private var capture: UnsafeMutablePointer<Float>?
+    private var captureFrames = 0
+    private var captureTokens = 0
+    private var allocations: [UnsafeMutablePointer<Float>] = []
+
+    public init(model: SpeechModel) {
+        self.model = model
+        let a = model.architecture
+        d = a.audioState
+        heads = a.audioHeads
+        headSize = d / heads
+        frames = model.frontEnd.chunkFrames
+        context = a.audioContext
+        mels = a.melBands
+        vocabulary = a.vocabularySize
+        textContext = a.textContext
+        func linear(_ p: String, _ rows: Int, _ cols: Int) -> Linear {
+            Linear(weight: model.tensor(p + "/weight"), bias: model.tensor(p + "/bias"), rows: rows, cols: cols)
+        }
+        func norm(_ p: String) -> Norm { Norm(gamma: model.tensor(p + "/layer_norm/gamma"), beta: model.tensor(p + "/layer_norm/beta")) }
+        let d = a.audioState
+        conv1 = linear("encoder/conv1", d, mels * 3)
+        conv2 = linear("encoder/conv2", d, d * 3)
+        encoderPositions = model.tensor("encoder/position_encodings/encodings")
+        encoderNorm = norm("encoder")
+        encoderLayers = (0..<a.audioLayers).map { i in
+            let p = "encoder/layer_\(i)"
+            return EncoderLayer(attentionNorm: norm(p + "/self_attention"), qkv: linear(p + "/self_attention/linear_0", 3 * d, d),
+                                output: linear(p + "/self_attention/linear_1", d, d),
+                                ffnNorm: norm(p + "/ffn"), ffn0: linear(p + "/ffn/linear_0", 4 * d, d), ffn1: linear(p + "/ffn/linear_1", d, 4 * d))
+        }
+        embeddings = model.tensor("decoder/embeddings/weight")
+        decoderPositions = model.tensor("decoder/position_encodings/encodings")
+        decoderNorm = norm("decoder")
+        decoderLayers = (0..<a.textLayers).map { i in
+            let p = "decoder/layer_\(i)"
+            return DecoderLayer(selfNorm: norm(p + "/self_attention"), qkv: linear(p + "/self_attention/linear_0", 3 * d, d),
+                                selfOutput: linear(p + "/self_attention/linear_1", d, d),
+                                crossNorm: norm(p + "/attention"), crossQuery: linear(p + "/attention/linear_0", d, d),
+                                crossKeyValue: linear(p + "/attention/linear_1", 2 * d, d), crossOutput: linear(p + "/attention/linear_2", d, d),
+                                ffnNorm: norm(p + "/ffn"), ffn0: linear(p + "/ffn/linear_0", 4 * d, d), ffn1: linear(p + "/ffn/linear_1", d, 4 * d))
+        }
+        var made: [UnsafeMutablePointer<Float>] = []
+        func buffer(_ count: Int) -> UnsafeMutablePointer<Float> {
+            let p = UnsafeMutablePointer<Float>.allocate(capacity: max(1, count))
+            p.initialize(repeating: 0, count: max(1, count))
+            made.append(p)
+            return p
+        }
+        // One arena serves the encoder's scratch and then the cross-attention keys and values: the encoder's
+        // intermediate values are dead once its output is in `encoded`. In the encoder, the im2col columns and the
+        // attention scores share the feed-forward buffer and the stem shares the query/key/value buffer.
+        let qkvSize = max(3 * context * d, frames * d)
+        let wideSize = max(4 * context * d, frames * mels * 3, context * d * 3, context * context)
+        let arena = buffer(max(3 * context * d + qkvSize + wideSize, 2 * a.textLayers * context * d))
+        x = arena
+        h = arena + context * d
+        attended = arena + 2 * context * d
+        qkv = arena + 3 * context * d
+        wide = qkv + qkvSize
+        columns = wide
+        scores = wide
+        stem = qkv
+        encoded = buffer(context * d)
+        crossKeys = arena
+        crossValues = arena + a.textLayers * context * d
+        stepScores = buffer(max(context, textContext))
+        selfKeys = buffer(a.textLayers * textContext * d)
+        selfValues = buffer(a.textLayers * textContext * d)
+        tx = buffer(d)
+        th = buffer(d)
+        tqkv = buffer(3 * d)
+        ta = buffer(d)
+        tf = buffer(4 * d)
+        logitsBuffer = buffer(vocabulary)
+        allocations = made
+        openblas_set_num_threads(1)
+    }
+
+    deinit {
+        for p in allocations { p.deallocate() }
+    }
+
+    // MARK: Encoder
+
+    /// Runs the encoder on one window of `chunkFrames × melBands` log-mel values (frame-major); the
+    /// result is in ``encoderOutput``.
+    public func encode(window mel: UnsafePointer<Float>) {
+        let F = frames, M = mels, d = self.d
+        // conv1 (kernel 3, padding 1) as one GEMM: columns[t][c·3 + k] = mel[t + k − 1][c].
+        for t in 0..<F {
+            let row = columns + t * M * 3
+            for k in 0..<3 {
+                let s = t + k - 1
+                if s < 0 || s >= F {
+                    for c in 0..<M { row[c * 3 + k] = 0 }
+                } else {
+                    let src = mel + s * M
+                    for c in 0..<M { row[c * 3 + k] = src[c] }
+                }
+            }
+        }
+        WhisperNetwork.affine(columns, rows: F, conv1, into: stem, accumulate: false)
+        WhisperNetwork.gelu(stem, count: F * d)
+        // conv2 (kernel 3, stride 2, padding 1): columns[t][c·3 + k] = stem[2t + k − 1][c].
+        for t in 0..<context {
+            let row = columns + t * d * 3
+            for k in 0..<3 {
+                let s = 2 * t + k - 1
+                if s < 0 || s >= F {
+                    for c in 0..<d { row[c * 3 + k] = 0 }
+                } else {
+                    let src = stem + s * d
+                    for c in 0..<d { row[c * 3 + k] = src[c] }
+                }
+            }
+        }
+        WhisperNetwork.affine(columns, rows: context, conv2, into: x, accumulate: false)
+        WhisperNetwork.gelu(x, count: context * d)
+        for i in 0..<(context * d) { x[i] += encoderPositions[i] }
+
+        let T = context, hs = headSize, scale = 1 / Float(hs).squareRoot()
+        for layer in encoderLayers {
+            WhisperNetwork.layerNorm(x, rows: T, width: d, layer.attentionNorm, into: h)
+            WhisperNetwork.affine(h, rows: T, layer.qkv, into: qkv, accumulate: false)
+            for head in 0..<heads {
+                let q = qkv + head * hs, k = qkv + d + head * hs, v = qkv + 2 * d + head * hs
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(T), Int32(T), Int32(hs), scale,
+                            q, Int32(3 * d), k, Int32(3 * d), 0, scores, Int32(T))
+                for r in 0..<T { WhisperNetwork.softmax(scores + r * T, count: T) }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Int32(T), Int32(hs), Int32(T), 1,
+                            scores, Int32(T), v, Int32(3 * d), 0, attended + head * hs, Int32(d))
+            }
+            WhisperNetwork.affine(attended, rows: T, layer.output, into: x, accumulate: true)
+            WhisperNetwork.layerNorm(x, rows: T, width: d, layer.ffnNorm, into: h)
+            WhisperNetwork.affine(h, rows: T, layer.ffn0, into: wide, accumulate: false)
+            WhisperNetwork.gelu(wide, count: T * 4 * d)
+            WhisperNetwork.affine(wide, rows: T, layer.ffn1, into: x, accumulate: true)
+        }
+        WhisperNetwork.layerNorm(x, rows: T, width: d, encoderNorm, into: encoded)
+    }
+
+    // MARK: Decoder
+
+    /// Projects ``encoderOutput`` to every layer's cross-attention keys and values and empties the token cache.
+    public func prepareDecoder() {
+        for (l, layer) in decoderLayers.enumerated() {
+            let kv = layer.crossKeyValue
+            let keys = Linear(weight: kv.weight, bias: kv.bias, rows: d, cols: d)
+            let values = Linear(weight: kv.weight + d * d, bias: kv.bias + d, rows: d, cols: d)
+            WhisperNetwork.affine(encoded, rows: context, keys, into: crossKeys + l * context * d, accumulate: false)
+            WhisperNetwork.affine(encoded, rows: context, values, into: crossValues + l * context * d, accumulate: false)
+        }
+        position = 0
+    }
+
+    /// Forgets the tokens read so far (the cross-attention keys and values stay).
+    public func resetDecoder() { position = 0 }
+
+    /// Reads one token at the next position and returns the logits of the token after it
+    /// (`vocabularySize` values, valid until the next call). Precondition: `position < textContext`.
+    @discardableResult
+    public func step(_ token: Int) -> UnsafeMutablePointer<Float> {
+        precondition(position < textContext && token >= 0 && token < vocabulary)
+        let d = self.d, hs = headSize, p = position, scale = 1 / Float(hs).squareRoot()
+        let e = embeddings + token * d, pe = decoderPositions + p * d
+        for i in 0..<d { tx[i] = e[i] + pe[i] }
+        for (l, layer) in decoderLayers.enumerated() {
+            // Self-attention over positions 0…p.
+            WhisperNetwork.layerNorm(tx, rows: 1, width: d, layer.selfNorm, into: th)
+            WhisperNetwork.affineVector(th, layer.qkv, into: tqkv, accumulate: false)
+            let keys = selfKeys + l * textContext * d, values = selfValues + l * textContext * d
+            (keys + p * d).update(from: tqkv + d, count: d)
+            (values + p * d).update(from: tqkv + 2 * d, count: d)
+            attend(query: tqkv, keys: keys, values: values, count: p + 1, scale: scale, into: ta)
+            WhisperNetwork.affineVector(ta, layer.selfOutput, into: tx, accumulate: true)
+            // Cross-attention over the window.
+            WhisperNetwork.layerNorm(tx, rows: 1, width: d, layer.crossNorm, into: th)
+            WhisperNetwork.affineVector(th, layer.crossQuery, into: tqkv, accumulate: false)
+            attend(query: tqkv, keys: crossKeys + l * context * d, values: crossValues + l * context * d, count: context, scale: scale,
+                   into: ta, captureLayer: capture == nil ? nil : l)
+            WhisperNetwork.affineVector(ta, layer.crossOutput, into: tx, accumulate: true)
+            // Feed-forward.
+            WhisperNetwork.layerNorm(tx, rows: 1, width: d, layer.ffnNorm, into: th)
+            WhisperNetwork.affineVector(th, layer.ffn0, into: tf, accumulate: false)
+            WhisperNetwork.gelu(tf, count: 4 * d)
+            WhisperNetwork.affineVector(tf, layer.ffn1, into: tx, accumulate: true)
+        }
+        WhisperNetwork.layerNorm(tx, rows: 1, width: d, decoderNorm, into: th)
+        // The output projection is the token embedding matrix (not needed while only attention is collected).
+        if capture == nil { cblas_sgemv(CblasRowMajor, CblasNoTrans, Int32(vocabulary), Int32(d), 1, embeddings, Int32(d), th, 1, 0, logitsBuffer, 1) }
+        position += 1
+        return logitsBuffer
+    }
+
+    /// Reads `tokens` from position 0 (after ``prepareDecoder()``) and returns the cross-attention logits
+    /// (scaled query · key, before the softmax) of `heads` over the first `frames` encoder positions, laid out
+    /// `[head][token][frame]`. The decoder's token cache is left holding `tokens`.
+    public func crossAttentionLogits(tokens: [Int], heads wanted: [(layer: Int, head: Int)], frames: Int) -> [Float] {
+        let frames = max(0, min(frames, context))
+        precondition(tokens.count <= textContext)
+        var out = [Float](repeating: 0, count: wanted.count * tokens.count * frames)
+        captureIndex = [Int](repeating: -1, count: decoderLayers.count * heads)
+        for (i, h) in wanted.enumerated() where (0..<decoderLayers.count).contains(h.layer) && (0..<heads).contains(h.head) {
+            captureIndex[h.layer * heads + h.head] = i
+        }
+        captureFrames = frames
+        captureTokens = tokens.count
+        out.withUnsafeMutableBufferPointer { buffer in
+            capture = buffer.baseAddress
+            resetDecoder()
+            for t in tokens { step(t) }
+            capture = nil
+        }
+        return out
+    }
+
+    /// One query against `count` keys and values (rows of width d), head by head; with `captureLayer`, the
+    /// logits of the captured heads are copied out (see ``crossAttentionLogits(tokens:heads:frames:)``).
+    private func attend(query: UnsafePointer<Float>, keys: UnsafePointer<Float>, values: UnsafePointer<Float>, count: Int,
+                        scale: Float, into out: UnsafeMutablePointer<Float>, captureLayer: Int? = nil) {
+        let d = self.d, hs = headSize
+        for head in 0..<heads {
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, Int32(count), Int32(hs), scale, keys + head * hs, Int32(d),
+                        query + head * hs, 1, 0, stepScores, 1)
+            if let l = captureLayer, let capture, captureIndex[l * heads + head] >= 0 {
+                let i = captureIndex[l * heads + head]
+                (capture + (i * captureTokens + position) * captureFrames).update(from: stepScores, count: min(captureFrames, count))
+            }
+            WhisperNetwork.softmax(stepScores, count: count)
+            cblas_sgemv(CblasRowMajor, CblasTrans, Int32(count), Int32(hs), 1, values + head * hs, Int32(d),
+                        stepScores, 1, 0, out + head * hs, 1)
+        }
+    }
+
+    // MARK: Kernels
+
+    /// out[r] (+)= W · input[r] + b for `rows` rows (W is `rows × cols` of the layer, row-major).
+    static func affine(_ input: UnsafePointer<Float>, rows: Int, _ layer: Linear, into out: UnsafeMutablePointer<Float>, accumulate: Bool) {
+        let n = layer.rows
+        for r in 0..<rows {
+            let o = out + r * n
+            if accumulate {
+                for j in 0..<n { o[j] += layer.bias[j] }
+            } else {
+                o.update(from: layer.bias, count: n)
+            }
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(rows), Int32(n), Int32(layer.cols), 1,
+                    input, Int32(layer.cols), layer.weight, Int32(layer.cols), 1, out, Int32(n))
+    }
+
+    static func affineVector(_ input: UnsafePointer<Float>, _ layer: Linear, into out: UnsafeMutablePointer<Float>, accumulate: Bool) {
+        let n = layer.rows
+        if accumulate {
+            for j in 0..<n { out[j] += layer.bias[j] }
+        } else {
+            out.update(from: layer.bias, count: n)
+        }
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, Int32(n), Int32(layer.cols), 1, layer.weight, Int32(layer.cols), input, 1, 1, out, 1)
+    }
+
+    /// Layer normalisation of each row (ε = 10⁻⁵), scaled by γ and shifted by β.
+    static func layerNorm(_ input: UnsafePointer<Float>, rows: Int, width: Int, _ norm: Norm, into out: UnsafeMutablePointer<Float>) {
+        let inverseWidth = 1 / Float(width)
+        for r in 0..<rows {
+            let x = input + r * width, y = out + r * width
+            var mean: Float = 0
+            for i in 0..<width { mean += x[i] }
+            mean *= inverseWidth
+            var variance: Float = 0
+            for i in 0..<width {
+                let c = x[i] - mean
+                variance += c * c
+            }
+            let inverse = 1 / (variance * inverseWidth + 1e-5).squareRoot()
+            for i in 0..<width { y[i] = (x[i] - mean) * inverse * norm.gamma[i] + norm.beta[i] }
+        }
+    }
+
+    /// GELU with the error function (not the tanh approximation), in place.
+    static func gelu(_ x: UnsafeMutablePointer<Float>, count: Int) {
+        let r = Float(0.5).squareRoot()
+        for i in 0..<count {
+            let v = x[i]
+            x[i] = 0.5 * v * (1 + erff(v * r))
+        }
+    }
+
+    static func softmax(_ x: UnsafeMutablePointer<Float>, count: Int) {
+        var top = -Float.infinity
+        for i in 0..<count { top = max(top, x[i]) }
+        var sum: Float = 0
+        for i in 0..<count {
+            let e = expf(x[i] - top)
+            x[i] = e
+            sum += e
+        }
+        let inverse = 1 / sum
+        for i in 0..<count { x[i] *= inverse }
+    }
+}

@@ -1,0 +1,446 @@
+import EarmarkClassification
+import Foundation
+
+/// How to transcribe.
+public struct TranscriptionOptions: Sendable, Equatable {
+    /// Whisper's language code ("en", "fr", …), or nil to detect it on the first window.
+    public var language: String?
+    /// Most tokens sampled per 30-s window (224, CTranslate2's and Whisper's half of the text context).
+    public var maximumTokensPerWindow = 224
+    /// Latest time the first timestamp of a window may name, in 0.02-s steps (50 = 1 s, Whisper's default).
+    public var maximumInitialTimestampIndex = 50
+    /// A window whose no-speech probability is above this, and whose mean token log-probability is below
+    /// ``logProbabilityThreshold``, is taken as silence (Whisper's defaults 0.6 and −1).
+    public var noSpeechThreshold: Double? = 0.6
+    public var logProbabilityThreshold = -1.0
+    /// Also time every word (cross-attention alignment; costs about one more decoder pass per window). Default false.
+    public var wordTimestamps = false
+
+    public init(language: String? = nil, wordTimestamps: Bool = false) {
+        self.language = language
+        self.wordTimestamps = wordTimestamps
+    }
+}
+
+/// A stretch of a transcript with its times in the recording.
+public struct TranscriptSegment: Codable, Sendable, Equatable {
+    /// Seconds from the start of the recording.
+    public var start: Double
+    public var end: Double
+    /// The segment's text as decoded (Whisper's text usually starts with a space).
+    public var text: String
+    /// Text and time tokens as sampled (time tokens relative to the segment's window).
+    public var tokens: [Int]
+    /// The segment's words with their times, when they were asked for (``TranscriptionOptions/wordTimestamps``).
+    public var words: [TranscriptWord] = []
+}
+
+/// What a recording says.
+public struct Transcription: Codable, Sendable, Equatable {
+    /// Whisper's code of the language transcribed.
+    public var language: String
+    /// Probability of that language from detection (1 when it was given).
+    public var languageProbability: Double
+    /// The transcript in time order.
+    public var segments: [TranscriptSegment]
+    /// Seconds of audio transcribed.
+    public var duration: Double
+    /// The ranges that were read when speech was detected first (nil: the whole recording was read).
+    public var speech: [TimeRange]?
+
+    /// The segments' text joined (Whisper's segments carry their own leading spaces), trimmed.
+    public var text: String {
+        segments.map(\.text).joined().trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+}
+
+/// The greedy decoding of one 30-s window.
+public struct WindowDecoding: Sendable, Equatable {
+    /// Whisper's code of the language decoded (detected or given).
+    public var language: String
+    /// Its probability among the model's languages (1 when it was given).
+    public var languageProbability: Double
+    /// Probability of `<|nocaptions|>` right after `<|startoftranscript|>`.
+    public var noSpeechProbability: Double
+    /// Sampled tokens after the prompt, without the final `<|endoftext|>`.
+    public var tokens: [Int]
+    /// Mean log-probability of the sampled tokens (the final end of text included).
+    public var averageLogProbability: Double
+}
+
+/// Speech to text with Whisper: the log-mel front end, the network and greedy decoding with timestamps.
+///
+/// Decoding follows what CTranslate2 (and OpenAI's Whisper) do at beam size 1: the prompt
+/// `<|startoftranscript|><|language|><|transcribe|>`; the model's suppressed tokens at every step, a
+/// blank and end of text at the first; timestamps first, at most 1 s into the window, in pairs and
+/// never going back; a timestamp whenever the timestamps together are likelier than any text token.
+/// Long recordings are read in 30-s windows that follow the last complete timestamp pair, as Whisper's
+/// `transcribe` does. An instance is not thread-safe; give each thread its own.
+///
+/// ```swift
+/// let recognizer = WhisperRecognizer(model: try SpeechModel(path: path))
+/// let transcript = recognizer.transcribe(samples: samples16k)
+/// print(transcript.text)
+/// ```
+public final class WhisperRecognizer {
+    public let model: SpeechModel
+    /// The network (its buffers belong to this recogniser).
+    public let network: WhisperNetwork
+    /// The log-mel front end.
+    public let frontEnd: WhisperFrontEnd
+    private var scratch: [Float]
+    private var disabled: [Bool]
+    /// End of the last timed word of the recording being transcribed (seconds).
+    private var lastSpeechTime = 0.0
+
+    public init(model: SpeechModel) {
+        self.model = model
+        network = WhisperNetwork(model: model)
+        frontEnd = WhisperFrontEnd(spec: model.frontEnd)
+        scratch = [Float](repeating: 0, count: model.architecture.vocabularySize)
+        disabled = [Bool](repeating: false, count: model.architecture.vocabularySize)
+    }
+
+    /// Sample rate the recogniser reads, Hz (16,000).
+    public var sampleRate: Int { model.frontEnd.sampleRate }
+
+    /// Transcribes mono samples at ``sampleRate``. With `speech`, only those time ranges (seconds, in time
+    /// order, e.g. from ``SpeechDetector``) are read, each on its own, and times stay those of the whole
+    /// recording; no ranges give an empty transcript. `progress` gets the fraction done after each window.
+    public func transcribe(samples: [Float], options: TranscriptionOptions = TranscriptionOptions(), speech: [TimeRange]? = nil,
+                           progress: ((Double) -> Void)? = nil) throws -> Transcription {
+        if let code = options.language, model.language(code: code) == nil {
+            throw SpeechModelError(.inconsistent, "the model does not know the language '\(code)'")
+        }
+        let rate = Double(model.frontEnd.sampleRate)
+        let duration = Double(samples.count) / rate
+        let pieces: [Range<Int>] = speech.map { ranges in
+            ranges.compactMap { r in
+                let from = max(0, min(samples.count, Int((r.start * rate).rounded())))
+                let to = max(from, min(samples.count, Int((r.end * rate).rounded())))
+                return to > from ? from..<to : nil
+            }
+        } ?? [0..<samples.count]
+        let total = Double(max(1, pieces.reduce(0) { $0 + $1.count }))
+        var done = 0
+        var segments: [TranscriptSegment] = []
+        var language = options.language, languageProbability = 1.0
+        lastSpeechTime = 0
+        for piece in pieces {
+            let slice = piece == samples.indices ? samples : Array(samples[piece])
+            let base = done
+            let found = transcribePiece(slice, offset: Double(piece.lowerBound) / rate, language: &language,
+                                        languageProbability: &languageProbability, options: options) { fraction in
+                progress?((Double(base) + fraction * Double(piece.count)) / total)
+            }
+            segments += found
+            done += piece.count
+        }
+        // Nothing read and no language given: "en" with probability 0.
+        return Transcription(language: language ?? "en", languageProbability: language == nil ? 0 : languageProbability, segments: segments,
+                             duration: duration, speech: speech)
+    }
+
+    /// Windows over one stretch of audio starting `offset` seconds into the recording; detects the language
+    /// on its first window when `language` is nil.
+    private func transcribePiece(_ samples: [Float], offset: Double, language: inout String?, languageProbability: inout Double,
+                                 options: TranscriptionOptions, progress: (Double) -> Void) -> [TranscriptSegment] {
+        let spec = model.frontEnd
+        let mel = frontEnd.spectrogram(samples)
+        let secondsPerFrame = Double(spec.hopLength) / Double(spec.sampleRate)
+        var segments: [TranscriptSegment] = []
+        var seek = 0
+        while seek < mel.frames {
+            let size = min(spec.chunkFrames, mel.frames - seek)
+            let window = mel.window(start: seek, length: spec.chunkFrames)
+            let result = decode(window: window, language: language, options: options)
+            if language == nil {
+                language = result.language
+                languageProbability = result.languageProbability
+            }
+            let windowOffset = offset + Double(seek) * secondsPerFrame
+            if let threshold = options.noSpeechThreshold, result.noSpeechProbability > threshold,
+               result.averageLogProbability < options.logProbabilityThreshold {
+                seek += size
+                progress(Double(seek) / Double(mel.frames))
+                continue
+            }
+            var (found, advance) = WhisperRecognizer.segments(result.tokens, tokenizer: model.tokenizer, offset: windowOffset,
+                                                              windowFrames: size, secondsPerFrame: secondsPerFrame)
+            if options.wordTimestamps {
+                addWords(to: &found, language: result.language, windowFrames: size, offset: windowOffset)
+            }
+            segments += found.filter { !$0.text.trimmingCharacters(in: .whitespaces).isEmpty }
+            seek += max(1, advance)
+            progress(Double(min(seek, mel.frames)) / Double(max(1, mel.frames)))
+        }
+        return segments
+    }
+
+    /// Times the words of a window's segments from the cross-attention of the window the network encoded last
+    /// (see ``WordAlignment``), then sets each segment's range to its words'.
+    private func addWords(to segments: inout [TranscriptSegment], language: String, windowFrames: Int, offset: Double) {
+        let tokenizer = model.tokenizer, special = model.special
+        let text = segments.map { $0.tokens.filter { $0 < special.endOfText } }
+        let allText = text.flatMap { $0 }
+        guard !allText.isEmpty, let languageToken = model.language(code: language)?.token else { return }
+        let prompt = [special.startOfTranscript, languageToken, special.transcribe, special.noTimestamps]
+        let sequence = prompt + allText + [special.endOfText]
+        guard sequence.count <= model.architecture.textContext else { return }
+        let frames = max(1, windowFrames / 2)
+        let heads = model.alignmentHeads
+        let logits = network.crossAttentionLogits(tokens: sequence, heads: heads, frames: frames)
+        let full = WordAlignment.matrix(logits: logits, heads: heads.count, tokens: sequence.count, frames: frames)
+        // Rows of the positions that predict the text tokens and the end of text: from <|notimestamps|> on.
+        let rows = allText.count + 1
+        let matrix = Array(full[((prompt.count - 1) * frames)..<((prompt.count - 1 + rows) * frames)])
+        let words = WordAlignment.words(allText, tokenizer: tokenizer, language: language)
+        let times = WordAlignment.times(matrix: matrix, rows: rows, frames: frames, wordTokenCounts: words.map(\.tokens.count))
+        var timed = zip(words, times).map {
+            TranscriptWord(start: offset + $1.start, end: offset + $1.end, text: $0.text, tokens: $0.tokens)
+        }
+        let median = WhisperRecognizer.limitLongWords(&timed)
+        timed = WhisperRecognizer.mergePunctuation(timed)
+        // Hand the words to the segments their first tokens belong to.
+        var next = 0
+        var lastSpeech = lastSpeechTime
+        let longest = median * 2
+        for (s, tokens) in text.enumerated() {
+            var count = 0
+            var mine: [TranscriptWord] = []
+            while next < timed.count, count < tokens.count {
+                mine.append(timed[next])
+                count += timed[next].tokens.count
+                next += 1
+            }
+            // As Whisper: keep the segment's own start (end) when the first (last) word runs more than 0.5 s past it.
+            if !mine.isEmpty {
+                let n = mine.count - 1
+                // After a pause, attention smears the first word back into it (Whisper's rule: cut it to twice the median).
+                if mine[0].end - lastSpeech > median * 4,
+                   mine[0].end - mine[0].start > longest || (n > 0 && mine[1].end - mine[0].start > longest * 2) {
+                    if n > 0, mine[1].end - mine[1].start > longest {
+                        let boundary = max(mine[1].end / 2, mine[1].end - longest)
+                        mine[0].end = boundary
+                        mine[1].start = boundary
+                    }
+                    mine[0].start = max(0, mine[0].end - longest)
+                }
+                if segments[s].start < mine[0].end && segments[s].start - 0.5 > mine[0].start {
+                    mine[0].start = max(0, min(mine[0].end - median, segments[s].start))
+                } else {
+                    segments[s].start = mine[0].start
+                }
+                if segments[s].end > mine[n].start && segments[s].end + 0.5 < mine[n].end {
+                    mine[n].end = max(mine[n].start + median, segments[s].end)
+                } else {
+                    segments[s].end = mine[n].end
+                }
+            }
+            segments[s].words = mine
+            lastSpeech = mine.last?.end ?? lastSpeech
+            lastSpeechTime = lastSpeech
+        }
+    }
+
+    /// Joins opening punctuation to the next word and closing punctuation to the previous one (Whisper's rule);
+    /// the word keeps its own times.
+    static func mergePunctuation(_ words: [TranscriptWord]) -> [TranscriptWord] {
+        var w = words
+        var i = w.count - 2
+        while i >= 0 {
+            if WordAlignment.prepended.contains(w[i].text.trimmingCharacters(in: .whitespaces)), w[i].text.hasPrefix(" ") || i == 0 {
+                w[i + 1].text = w[i].text + w[i + 1].text.drop { $0 == " " && w[i].text.hasSuffix(" ") }
+                w[i + 1].tokens = w[i].tokens + w[i + 1].tokens
+                w[i + 1].start = min(w[i + 1].start, w[i + 1].end)
+                w.remove(at: i)
+            }
+            i -= 1
+        }
+        var out: [TranscriptWord] = []
+        for word in w {
+            if var last = out.last, !last.text.hasSuffix(" "), WordAlignment.appended.contains(word.text) {
+                last.text += word.text
+                last.tokens += word.tokens
+                out[out.count - 1] = last
+            } else {
+                out.append(word)
+            }
+        }
+        return out
+    }
+
+    /// Whisper's guard against attention that lingers in pauses: a word longer than twice the median word
+    /// (the median at most 0.7 s) is cut to that length when it is a sentence's final mark (its end moves) or
+    /// follows one (its start moves). Runs before punctuation is merged.
+    static func limitLongWords(_ words: inout [TranscriptWord]) -> Double {
+        let durations = words.map { $0.end - $0.start }.filter { $0 > 0 }.sorted()
+        guard !durations.isEmpty else { return 0 }
+        let median = min(0.7, durations[durations.count / 2])
+        let longest = median * 2
+        func isMark(_ w: TranscriptWord) -> Bool {
+            let t = w.text.trimmingCharacters(in: .whitespaces)
+            return t.count == 1 && ".。!！?？".contains(t)
+        }
+        for i in words.indices.dropFirst() where words[i].end - words[i].start > longest {
+            if isMark(words[i]) {
+                words[i].end = words[i].start + longest
+            } else if isMark(words[i - 1]) {
+                words[i].start = words[i].end - longest
+            }
+        }
+        return median
+    }
+
+    /// Splits a window's tokens at its timestamp pairs (Whisper's rule) and says how many mel frames to move on.
+    static func segments(_ tokens: [Int], tokenizer: WhisperTokenizer, offset: Double, windowFrames: Int,
+                         secondsPerFrame: Double) -> ([TranscriptSegment], Int) {
+        let isTime = tokens.map { tokenizer.isTimestamp($0) }
+        let framesPerStep = Int((0.02 / secondsPerFrame).rounded())
+        let singleEnding = isTime.count >= 2 && !isTime[isTime.count - 2] && isTime[isTime.count - 1]
+        var cuts = (1..<max(1, tokens.count)).filter { isTime[$0 - 1] && isTime[$0] }
+        var found: [TranscriptSegment] = []
+        if !cuts.isEmpty {
+            if singleEnding { cuts.append(tokens.count) }
+            var last = 0
+            for cut in cuts {
+                let piece = Array(tokens[last..<cut])
+                let start = offset + tokenizer.time(of: piece.first!), end = offset + tokenizer.time(of: piece.last!)
+                found.append(TranscriptSegment(start: start, end: end, text: tokenizer.decode(piece), tokens: piece))
+                last = cut
+            }
+            if singleEnding { return (found, windowFrames) }
+            return (found, (tokens[last - 1] - tokenizer.special.timestampBegin) * framesPerStep)
+        }
+        var duration = Double(windowFrames) * secondsPerFrame
+        if let lastTime = tokens.last(where: { tokenizer.isTimestamp($0) }), lastTime != tokenizer.special.timestampBegin {
+            duration = tokenizer.time(of: lastTime)
+        }
+        if !tokens.isEmpty {
+            found.append(TranscriptSegment(start: offset, end: offset + duration, text: tokenizer.decode(tokens), tokens: tokens))
+        }
+        return (found, windowFrames)
+    }
+
+    /// Encodes one window (`chunkFrames × melBands`, frame-major) and returns the encoder's output
+    /// (`audioContext × audioState`).
+    public func encode(window: [Float]) -> [Float] {
+        precondition(window.count == model.frontEnd.chunkFrames * model.frontEnd.melBands)
+        window.withUnsafeBufferPointer { network.encode(window: $0.baseAddress!) }
+        return Array(network.encoderOutput)
+    }
+
+    /// Encodes one window and decodes it greedily: language detection (when `language` is nil), then tokens.
+    public func decode(window: [Float], language: String?, options: TranscriptionOptions = TranscriptionOptions()) -> WindowDecoding {
+        precondition(window.count == model.frontEnd.chunkFrames * model.frontEnd.melBands)
+        window.withUnsafeBufferPointer { network.encode(window: $0.baseAddress!) }
+        return decodeEncodedWindow(language: language, options: options)
+    }
+
+    /// Decodes the window the network encoded last (``encode(window:)`` or ``decode(window:language:options:)``) again.
+    public func decodeEncodedWindow(language: String?, options: TranscriptionOptions = TranscriptionOptions()) -> WindowDecoding {
+        network.prepareDecoder()
+        let special = model.special, vocabularySize = model.architecture.vocabularySize
+        // <|startoftranscript|>: its logits give the language and the no-speech probability.
+        let first = network.step(special.startOfTranscript)
+        let noSpeech = Double(WhisperRecognizer.probability(of: special.noSpeech, logits: first, count: vocabularySize))
+        var chosen: WhisperLanguage
+        var languageProbability = 1.0
+        if let code = language, let known = model.language(code: code) {
+            chosen = known
+        } else {
+            var top = -Float.infinity
+            for l in model.languages { top = max(top, first[l.token]) }
+            var sum: Double = 0
+            for l in model.languages { sum += exp(Double(first[l.token] - top)) }
+            chosen = model.languages[0]
+            var best = -Float.infinity
+            for l in model.languages where first[l.token] > best {
+                best = first[l.token]
+                chosen = l
+            }
+            languageProbability = 1 / sum
+        }
+        network.step(chosen.token)
+        var logits = network.step(special.transcribe)
+        var tokens: [Int] = []
+        var logProbabilitySum = 0.0
+        let limit = min(options.maximumTokensPerWindow, model.architecture.textContext - network.position)
+        while tokens.count < limit {
+            applyRules(logits, sampled: tokens, options: options)
+            var best = 0
+            var bestValue = -Float.infinity
+            for i in 0..<vocabularySize where logits[i] > bestValue {
+                bestValue = logits[i]
+                best = i
+            }
+            logProbabilitySum += Double(bestValue) - WhisperRecognizer.logSumExp(logits, count: vocabularySize)
+            if best == special.endOfText || network.position >= model.architecture.textContext { break }
+            tokens.append(best)
+            logits = network.step(best)
+        }
+        return WindowDecoding(language: chosen.code, languageProbability: languageProbability, noSpeechProbability: noSpeech,
+                              tokens: tokens, averageLogProbability: logProbabilitySum / Double(tokens.count + 1))
+    }
+
+    /// Sets the logits of every token that may not come next to −∞ (CTranslate2's order: suppressed tokens,
+    /// tokens suppressed at the start, then the timestamp rules).
+    private func applyRules(_ logits: UnsafeMutablePointer<Float>, sampled: [Int], options: TranscriptionOptions) {
+        let special = model.special, n = model.architecture.vocabularySize
+        let tsBegin = special.timestampBegin
+        for i in 0..<n { disabled[i] = false }
+        for id in model.suppressTokens { disabled[id] = true }
+        disabled[special.noTimestamps] = true
+        var checkTimestamps = false
+        if sampled.isEmpty {
+            for id in model.suppressAtBegin { disabled[id] = true }
+            for i in 0..<tsBegin { disabled[i] = true }
+            let lastAllowed = tsBegin + options.maximumInitialTimestampIndex
+            if lastAllowed + 1 < n { for i in (lastAllowed + 1)..<n { disabled[i] = true } }
+        } else {
+            let last = sampled[sampled.count - 1]
+            if last >= tsBegin {
+                let penultimate = sampled.count >= 2 ? sampled[sampled.count - 2] : last
+                if penultimate >= tsBegin {
+                    for i in tsBegin..<n { disabled[i] = true }
+                } else {
+                    for i in 0..<special.endOfText { disabled[i] = true }
+                    checkTimestamps = true
+                }
+            } else {
+                checkTimestamps = true
+            }
+            if let lastTime = sampled.last(where: { $0 >= tsBegin }) {
+                for i in tsBegin..<lastTime { disabled[i] = true }
+            }
+        }
+        for i in 0..<n where disabled[i] { logits[i] = -.infinity }
+        if checkTimestamps {
+            var topText = -Float.infinity
+            for i in 0..<tsBegin { topText = max(topText, logits[i]) }
+            var topTime = -Float.infinity
+            for i in tsBegin..<n { topTime = max(topTime, logits[i]) }
+            if topTime > -.infinity {
+                var sum: Double = 0
+                for i in tsBegin..<n { sum += exp(Double(logits[i] - topTime)) }
+                let timeLogSum = Double(topTime) + log(sum)
+                if timeLogSum > Double(topText) {
+                    for i in 0..<tsBegin { logits[i] = -.infinity }
+                }
+            }
+        }
+    }
+
+    static func logSumExp(_ x: UnsafePointer<Float>, count: Int) -> Double {
+        var top = -Float.infinity
+        for i in 0..<count { top = max(top, x[i]) }
+        guard top > -.infinity else { return -.infinity }
+        var sum: Double = 0
+        for i in 0..<count { sum += exp(Double(x[i] - top)) }
+        return Double(top) + log(sum)
+    }
+
+    static func probability(of id: Int, logits: UnsafePointer<Float>, count: Int) -> Float {
+        Float(exp(Double(logits[id]) - logSumExp(logits, count: count)))
+    }
+}
