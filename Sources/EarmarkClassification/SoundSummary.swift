@@ -1,3 +1,4 @@
+import EarmarkAudio
 import Foundation
 
 /// A time range in seconds.
@@ -175,18 +176,7 @@ extension SoundModel {
     /// `models/`, where tools/fetch-model.sh puts it); the same in the working directory;
     /// `$XDG_DATA_HOME/earmark/models/` (else `~/.local/share/earmark/models/`).
     public static func defaultPathCandidates() -> [String] {
-        let env = ProcessInfo.processInfo.environment
-        if let explicit = env["EARMARK_MODEL"], !explicit.isEmpty { return [explicit] }
-        var out: [String] = []
-        var dir = URL(fileURLWithPath: CommandLine.arguments.first ?? ".").resolvingSymlinksInPath().deletingLastPathComponent()
-        for _ in 0..<6 {
-            out.append(dir.appendingPathComponent("models/\(defaultFileName)").path)
-            dir = dir.deletingLastPathComponent()
-        }
-        out.append(FileManager.default.currentDirectoryPath + "/models/\(defaultFileName)")
-        let data = env["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? ((env["HOME"] ?? NSHomeDirectory()) + "/.local/share")
-        out.append(data + "/earmark/models/\(defaultFileName)")
-        return out
+        ModelFiles.candidates(fileName: defaultFileName, environmentVariable: "EARMARK_MODEL")
     }
 
     /// The first existing default model path (see ``defaultPathCandidates()``), or nil.

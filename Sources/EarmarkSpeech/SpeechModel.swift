@@ -1,3 +1,4 @@
+import EarmarkAudio
 import Foundation
 
 /// An error loading a speech model.
@@ -380,18 +381,7 @@ extension SpeechModel {
     /// `models/`, where tools/fetch-speech-model.sh puts it); the same in the working directory;
     /// `$XDG_DATA_HOME/earmark/models/` (else `~/.local/share/earmark/models/`).
     public static func defaultPathCandidates() -> [String] {
-        let env = ProcessInfo.processInfo.environment
-        if let explicit = env["EARMARK_SPEECH_MODEL"], !explicit.isEmpty { return [explicit] }
-        var out: [String] = []
-        var dir = URL(fileURLWithPath: CommandLine.arguments.first ?? ".").resolvingSymlinksInPath().deletingLastPathComponent()
-        for _ in 0..<6 {
-            out.append(dir.appendingPathComponent("models/\(defaultFileName)").path)
-            dir = dir.deletingLastPathComponent()
-        }
-        out.append(FileManager.default.currentDirectoryPath + "/models/\(defaultFileName)")
-        let data = env["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? ((env["HOME"] ?? NSHomeDirectory()) + "/.local/share")
-        out.append(data + "/earmark/models/\(defaultFileName)")
-        return out
+        ModelFiles.candidates(fileName: defaultFileName, environmentVariable: "EARMARK_SPEECH_MODEL")
     }
 
     /// Loads `path`, or the first default candidate that exists; a missing default names every place it looked.
