@@ -33,27 +33,29 @@ public struct StreamingOptions: Sendable, Equatable {
     public init() {}
 
     /// The decision rules of a stream's attempts on a catalog of `configuration`'s landmark design: file
-    /// matching's (``MatchOptions/defaults(for:)``), made stricter in the same proportion for every design.
+    /// matching's (``MatchOptions/defaults(for:)``), with the same floors on aligned hashes for every design.
     ///
-    /// An attempt every second meets thousands of chances an hour, so a stream asks for 2.5 × the aligned
-    /// hashes a single clip needs to match at all and 1.5 × those that earn the hash bonus (pairs: 10 and
-    /// 15 instead of 4 and 10; triplets: 5 and 9 instead of 2 and 6), and a match that covers only part of
-    /// the window does not search skews (there a track often fills only part of the window; the skew grid
-    /// is spread over attempts instead).
+    /// An attempt every second meets thousands of chances an hour, and non-catalog music fits some track
+    /// over a second or two now and then (a look-alike: same key, same figure), so a stream asks for at least
+    /// ``minimumHitsFloor`` aligned hashes to match at all and ``supportingHitsFloor`` for the hash bonus. The floors
+    /// are counts, not multiples of file matching's: a design's defaults are lower when its keys are rarer by
+    /// chance, but a look-alike stretch aligns about as many triplets as pairs (the reference keeps 3 of
+    /// either an anchor), and with triplets 5 aligned (2.5 × the file default) let non-catalog music match
+    /// once in 82 minutes, at 11 (listen bench, docs/benchmarks.md). A match that covers only part of the
+    /// window does not search skews: there a track often fills only part of the window, and the skew grid
+    /// is spread over attempts instead.
     public static func matchOptions(for configuration: SignatureConfiguration) -> MatchOptions {
         var m = MatchOptions.defaults(for: configuration)
         m.skewWhenPartial = false
-        m.minimumHits = scaled(m.minimumHits, by: minimumHitsFactor)
-        m.supportingHits = scaled(m.supportingHits, by: supportingHitsFactor)
+        m.minimumHits = max(m.minimumHits, minimumHitsFloor)
+        m.supportingHits = max(m.supportingHits, supportingHitsFloor)
         return m
     }
 
-    /// How many times file matching's ``MatchOptions/minimumHits`` a stream's attempt needs.
-    static let minimumHitsFactor = 2.5
-    /// How many times file matching's ``MatchOptions/supportingHits`` a stream's attempt needs for the bonus.
-    static let supportingHitsFactor = 1.5
-
-    private static func scaled(_ hits: Int, by factor: Double) -> Int { Int((Double(hits) * factor).rounded(.up)) }
+    /// Aligned distinct hashes a stream's match needs at least, whatever the landmark design. 12.
+    public static let minimumHitsFloor = 12
+    /// Aligned distinct hashes a stream's match needs at least for the hash bonus, whatever the design. 15.
+    public static let supportingHitsFloor = 15
 
     public static let `default` = StreamingOptions()
 }

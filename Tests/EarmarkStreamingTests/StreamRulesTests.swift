@@ -8,11 +8,11 @@ import Testing
 
 @Suite("Streaming: decision rules follow the catalog's landmark design")
 struct StreamRulesTests {
-    @Test("a pair catalog's stream keeps its rules: file matching's, with 10 aligned hashes to match and 15 for the bonus")
+    @Test("a pair catalog's stream takes file matching's rules, with 12 aligned hashes to match and 15 for the bonus")
     func pairRules() {
         var expected = MatchOptions.default
         expected.skewWhenPartial = false
-        expected.minimumHits = 10
+        expected.minimumHits = 12
         expected.supportingHits = 15
         #expect(StreamingOptions.matchOptions(for: .current) == expected)
     }
@@ -33,8 +33,8 @@ struct StreamRulesTests {
         #expect(rules == StreamingOptions.matchOptions(for: .experimentalTriplets))
         #expect(rules != StreamingOptions.matchOptions(for: .current))
         #expect(rules.candidateHits == file.candidateHits && rules.skewFanout == file.skewFanout && rules.deepPass == file.deepPass)
-        #expect(rules.minimumHits > file.minimumHits && rules.minimumHits < StreamingOptions.matchOptions(for: .current).minimumHits)
-        #expect(rules.supportingHits > file.supportingHits)
+        #expect(rules.minimumHits == StreamingOptions.minimumHitsFloor && rules.minimumHits > file.minimumHits)
+        #expect(rules.supportingHits == StreamingOptions.supportingHitsFloor && rules.supportingHits > file.supportingHits)
 
         let stream = try core()
         let events = feed(stream, try f.samples("pingus-4", from: 30, seconds: 20)) + stream.finish()
