@@ -40,8 +40,8 @@ public struct StreamingOptions: Sendable, Equatable {
     /// ``minimumHitsFloor`` aligned hashes to match at all and ``supportingHitsFloor`` for the hash bonus. The floors
     /// are counts, not multiples of file matching's: a design's defaults are lower when its keys are rarer by
     /// chance, but a look-alike stretch aligns about as many triplets as pairs (the reference keeps 3 of
-    /// either an anchor), and with triplets 5 aligned (2.5 × the file default) let non-catalog music match
-    /// once in 82 minutes, at 11 (listen bench, docs/benchmarks.md). A match that covers only part of the
+    /// either an anchor): with triplets, 5 aligned (2.5 × the file default) and 10 (the pair floor) each let
+    /// non-catalog music match once in 82 minutes, at 11 (listen bench, docs/benchmarks.md). A match that covers only part of the
     /// window does not search skews: there a track often fills only part of the window, and the skew grid
     /// is spread over attempts instead.
     public static func matchOptions(for configuration: SignatureConfiguration) -> MatchOptions {
