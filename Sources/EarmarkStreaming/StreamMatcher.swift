@@ -36,14 +36,14 @@ public struct StreamingOptions: Sendable, Equatable {
     /// matching's (``MatchOptions/defaults(for:)``), with the same floors on aligned hashes for every design.
     ///
     /// An attempt every second meets thousands of chances an hour, and non-catalog music fits some track
-    /// over a second or two now and then (a look-alike: same key, same figure), so a stream asks for at least
-    /// ``minimumHitsFloor`` aligned hashes to match at all and ``supportingHitsFloor`` for the hash bonus. The floors
-    /// are counts, not multiples of file matching's: a design's defaults are lower when its keys are rarer by
-    /// chance, but a look-alike stretch aligns about as many triplets as pairs (the reference keeps 3 of
-    /// either an anchor): with triplets, 5 aligned (2.5 × the file default) and 10 (the pair floor) each let
-    /// non-catalog music match once in 82 minutes, at 11 (listen bench, docs/benchmarks.md). A match that covers only part of the
-    /// window does not search skews: there a track often fills only part of the window, and the skew grid
-    /// is spread over attempts instead.
+    /// over a second or two now and then (a look-alike: same key, same figure), so a stream asks for at
+    /// least ``minimumHitsFloor`` aligned hashes to match at all and ``supportingHitsFloor`` for the hash
+    /// bonus. The floors are counts, not multiples of file matching's: a design's defaults are lower when
+    /// its keys are rarer by chance, but a look-alike stretch aligns about as many triplets as pairs (the
+    /// reference keeps 3 of either per anchor): with triplets, 5 aligned (2.5 × the file default) and 10 (the
+    /// former pair floor) each let non-catalog music match once in 82 minutes, at 11 (listen bench,
+    /// docs/benchmarks.md). A match that covers only part of the window does not search skews: there a
+    /// track often fills only part of the window, and the skew grid is spread over attempts instead.
     public static func matchOptions(for configuration: SignatureConfiguration) -> MatchOptions {
         var m = MatchOptions.defaults(for: configuration)
         m.skewWhenPartial = false
