@@ -8,6 +8,8 @@
 #
 #   tools/listen-bench.sh                  # 40 tracks, 30-min memory stream, 120 s of real-time listening
 #   TRACKS=20 MINUTES=10 REALTIME=60 NEGATIVE_MINUTES=15 tools/listen-bench.sh
+#   LANDMARKS=triplets tools/listen-bench.sh   # a catalog with the experimental triplet keys (its own file)
+#   REALTIME=0 tools/listen-bench.sh           # no real-time listening
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=${EARMARK_CORPUS:-$HOME/.cache/earmark-corpus}
@@ -16,7 +18,12 @@ TRACKS=${TRACKS:-40}
 MINUTES=${MINUTES:-30}
 REALTIME=${REALTIME:-120}
 NEGATIVE_MINUTES=${NEGATIVE_MINUTES:-1000}
-CATALOG=${CATALOG:-/tmp/earmark-bench.earcat}
+LANDMARKS=${LANDMARKS:-pairs}
+case $LANDMARKS in
+  pairs) CATALOG=${CATALOG:-/tmp/earmark-bench.earcat} ;;
+  triplets) CATALOG=${CATALOG:-/tmp/earmark-bench-triplets.earcat} ;;
+  *) echo "LANDMARKS must be pairs or triplets" >&2; exit 2 ;;
+esac
 
 bash tools/setup.sh </dev/null
 for p in libchromaprint-tools espeak-ng; do
@@ -36,7 +43,8 @@ swift build -c release --scratch-path .build/tools --product earmark-listen-benc
 swift build -c release --scratch-path .build/tools --product earmark 2>&1 | grep -Ev '^\[[0-9]+/[0-9]+\]' || true
 bin="$(swift build -c release --scratch-path .build/tools --show-bin-path)"
 "$bin/earmark-listen-bench" --corpus "$ROOT/corpus/public" --negative "$ROOT/corpus/negative" \
-  --babble "$BABBLE_SET/babble.wav" --catalog "$CATALOG" --tracks "$TRACKS" --minutes "$MINUTES" --negative-minutes "$NEGATIVE_MINUTES"
+  --babble "$BABBLE_SET/babble.wav" --catalog "$CATALOG" --landmarks "$LANDMARKS" --tracks "$TRACKS" --minutes "$MINUTES" --negative-minutes "$NEGATIVE_MINUTES"
+[ "$REALTIME" -gt 0 ] || exit 0
 
 # Real-time listening from a virtual microphone: half non-catalog, half catalog music.
 work=$(mktemp -d)

@@ -26,19 +26,36 @@ public struct StreamingOptions: Sendable, Equatable {
     /// When the backlog is full: true drops the oldest audio (live input must not wait), false makes
     /// ``StreamingSession/append(_:)`` wait for room (replaying a file as fast as it decodes). Default true.
     public var dropsWhenBehind = true
-    /// Decision rules of each attempt: file matching's, but at least 10 aligned hashes, 15 for the hash bonus, and no skew
-    /// search for a match that covers only part of the window (the skew grid is spread over attempts).
-    public var match: MatchOptions = {
-        var m = MatchOptions.default
-        m.skewWhenPartial = false
-        // An attempt every second meets thousands of chances an hour: a stream asks for more aligned
-        // hashes than a single clip does, both to match at all and for the hash bonus.
-        m.minimumHits = 10
-        m.supportingHits = 15
-        return m
-    }()
+    /// Decision rules of each attempt. nil (the default): ``matchOptions(for:)`` of the catalog's landmark
+    /// design, as file matching takes ``MatchOptions/defaults(for:)``.
+    public var match: MatchOptions? = nil
 
     public init() {}
+
+    /// The decision rules of a stream's attempts on a catalog of `configuration`'s landmark design: file
+    /// matching's (``MatchOptions/defaults(for:)``), with the same floors on aligned hashes for every design.
+    ///
+    /// An attempt every second meets thousands of chances an hour, and non-catalog music fits some track
+    /// over a second or two now and then (a look-alike: same key, same figure), so a stream asks for at
+    /// least ``minimumHitsFloor`` aligned hashes to match at all and ``supportingHitsFloor`` for the hash
+    /// bonus. The floors are counts, not multiples of file matching's: a design's defaults are lower when
+    /// its keys are rarer by chance, but a look-alike stretch aligns about as many triplets as pairs (the
+    /// reference keeps 3 of either per anchor): with triplets, 5 aligned (2.5 × the file default) and 10 (the
+    /// former pair floor) each let non-catalog music match once in 82 minutes, at 11 (listen bench,
+    /// docs/benchmarks.md). A match that covers only part of the window does not search skews: there a
+    /// track often fills only part of the window, and the skew grid is spread over attempts instead.
+    public static func matchOptions(for configuration: SignatureConfiguration) -> MatchOptions {
+        var m = MatchOptions.defaults(for: configuration)
+        m.skewWhenPartial = false
+        m.minimumHits = max(m.minimumHits, minimumHitsFloor)
+        m.supportingHits = max(m.supportingHits, supportingHitsFloor)
+        return m
+    }
+
+    /// Aligned distinct hashes a stream's match needs at least, whatever the landmark design. 12.
+    public static let minimumHitsFloor = 12
+    /// Aligned distinct hashes a stream's match needs at least for the hash bonus, whatever the design. 15.
+    public static let supportingHitsFloor = 15
 
     public static let `default` = StreamingOptions()
 }
@@ -52,6 +69,9 @@ public struct StreamingOptions: Sendable, Equatable {
 /// events. ``StreamingSession`` runs it on its own thread for live input.
 public final class StreamMatcher {
     public let options: StreamingOptions
+    /// The decision rules of each attempt: ``StreamingOptions/match``, or when that is nil
+    /// ``StreamingOptions/matchOptions(for:)`` of the catalog's landmark design.
+    public let matchOptions: MatchOptions
     private let matcher: Matcher
     private let clock: (any SessionClock)?
     private let configuration: SignatureConfiguration
@@ -91,6 +111,7 @@ public final class StreamMatcher {
         self.options = options
         self.clock = clock
         configuration = matcher.configuration
+        matchOptions = options.match ?? StreamingOptions.matchOptions(for: matcher.configuration)
         generator = SignatureGenerator(configuration: configuration)
         nextAttempt = options.firstAttempt
     }
@@ -191,21 +212,21 @@ public final class StreamMatcher {
                                   peaks: windowPeaks)
         // Skews cost a lookup each, so each attempt tries only a few, unless the current track is itself
         // skewed: then its skew is the one to keep checking.
-        var matchOptions = options.match
+        var attemptOptions = matchOptions
         // While the current track keeps matching as it is, a skew search could only find a worse fit of it.
         let confirmed = current.map { horizon - $0.lastSeen <= 1.5 * options.interval + 1 } ?? false
-        let grid = options.match.skewTrials
+        let grid = matchOptions.skewTrials
         if !confirmed, options.skewTrialsPerAttempt > 0, !grid.isEmpty {
             // The next slice of the grid; the significance is charged for the whole grid.
-            matchOptions.skewTrials = (0..<min(grid.count, options.skewTrialsPerAttempt)).map { grid[(skewCursor + $0) % grid.count] }
-            matchOptions.skewSearchSize = grid.count
+            attemptOptions.skewTrials = (0..<min(grid.count, options.skewTrialsPerAttempt)).map { grid[(skewCursor + $0) % grid.count] }
+            attemptOptions.skewSearchSize = grid.count
             skewCursor = (skewCursor + options.skewTrialsPerAttempt) % grid.count
         } else if let c = current, abs(c.timeScale - 1) > 0.002 || abs(c.frequencySkew) > 0.002 {
-            matchOptions.skewTrials = [Skew(time: c.timeScale, frequency: 1 + c.frequencySkew)]
+            attemptOptions.skewTrials = [Skew(time: c.timeScale, frequency: 1 + c.frequencySkew)]
         } else {
-            matchOptions.skewTrials = []
+            attemptOptions.skewTrials = []
         }
-        matcher.options = matchOptions
+        matcher.options = attemptOptions
 
         let result: MatchResult
         do {

@@ -19,6 +19,11 @@ struct Options {
     var lead = 8.0
     var minutes = 30.0
     var negativeMinutes = 15.0
+    var landmarks = "pairs"
+    /// Whose stream rules to use (nil: the catalog's design), and overrides of two of them, for tuning.
+    var rules: String?
+    var minimumHits: Int?
+    var supportingHits: Int?
 }
 
 func parseOptions() -> Options {
@@ -34,18 +39,28 @@ func parseOptions() -> Options {
         case "--seed": o.seed = UInt64(args.next() ?? "") ?? 1
         case "--minutes": o.minutes = Double(args.next() ?? "") ?? o.minutes
         case "--negative-minutes": o.negativeMinutes = Double(args.next() ?? "") ?? o.negativeMinutes
+        case "--landmarks": o.landmarks = args.next() ?? ""
+        case "--rules": o.rules = args.next() ?? ""
+        case "--minimum-hits": o.minimumHits = Int(args.next() ?? "") ?? -1
+        case "--supporting-hits": o.supportingHits = Int(args.next() ?? "") ?? -1
         default:
             FileHandle.standardError.write(Data("""
             usage: earmark-listen-bench --corpus DIR/corpus/public --negative DIR/corpus/negative --babble babble.wav
                                         [--catalog PATH] [--tracks N] [--seed S] [--minutes M] [--negative-minutes M]
+                                        [--landmarks pairs|triplets] [--rules pairs|triplets] [--minimum-hits N] [--supporting-hits N]
               --minutes: length of the memory stream; --negative-minutes: non-catalog music streamed for false matches
               The catalog must hold the public corpus (earmark-bench builds it); it is indexed here when missing.
+              --landmarks: the landmark design of a new catalog (an existing one must have it): pairs (default) or triplets
+              --rules: take the stream rules of this design instead of the catalog's (StreamingOptions.matchOptions(for:));
+              --minimum-hits, --supporting-hits: override those two rules (for tuning)
 
             """.utf8))
             exit(a == "--help" ? 0 : 2)
         }
     }
     guard !o.corpus.isEmpty, !o.negative.isEmpty, !o.babble.isEmpty else { say("need --corpus, --negative and --babble"); exit(2) }
+    guard design(o.landmarks) != nil, o.rules.map({ design($0) != nil }) ?? true else { say("--landmarks, --rules: pairs or triplets"); exit(2) }
+    guard (o.minimumHits ?? 1) > 0, (o.supportingHits ?? 1) > 0 else { say("--minimum-hits, --supporting-hits: a number > 0"); exit(2) }
     return o
 }
 
@@ -92,10 +107,29 @@ func elapsed(since t: ContinuousClock.Instant) -> Double {
 }
 
 if !FileManager.default.fileExists(atPath: o.catalog) {
-    say("indexing \(manifest.count) tracks into \(o.catalog)")
+    say("indexing \(manifest.count) tracks into \(o.catalog) (\(o.landmarks))")
+    // The ingestor keeps the design a catalog was created with.
+    _ = try Catalog(path: o.catalog, create: true, configuration: design(o.landmarks)!)
     _ = try await Ingestor(catalogPath: o.catalog).add(files: manifest.map { $0["path"]! })
 }
 let catalog = try Catalog(path: o.catalog, readOnly: true)
+guard catalog.configuration.landmarkShape == design(o.landmarks)!.landmarkShape else {
+    say("\(o.catalog) was built with \(catalog.configuration.landmarkShape.rawValue) keys, not \(o.landmarks): remove it or name another --catalog")
+    exit(2)
+}
+let streaming: StreamingOptions = { [configuration = catalog.configuration] in
+    var s = StreamingOptions.default
+    if o.rules != nil || o.minimumHits != nil || o.supportingHits != nil {
+        var custom = StreamingOptions.matchOptions(for: o.rules.flatMap(design) ?? configuration)
+        if let n = o.minimumHits { custom.minimumHits = n }
+        if let n = o.supportingHits { custom.supportingHits = n }
+        s.match = custom
+    }
+    return s
+}()
+let rules = streaming.match ?? StreamingOptions.matchOptions(for: catalog.configuration)
+say("== \(catalog.configuration.landmarkShape.rawValue) catalog (\(catalog.configuration.keyDesign)), stream rules: minimumHits \(rules.minimumHits), "
+      + "candidateHits \(rules.candidateHits), supportingHits \(rules.supportingHits), skewFanout \(rules.skewFanout), deepPass \(rules.deepPass)")
 var idByPath: [String: Int64] = [:]
 for t in try catalog.tracks() { if let p = t.sourcePath { idByPath[p] = t.id } }
 // Track pairs that share passages (the corpus's overlaps.tsv): either one is a right answer.
@@ -130,7 +164,7 @@ let leadAudio = firstSeconds(15 * 60, of: negativeAudio.count) { negativeAudio[$
 
 /// Feeds `samples` to a fresh StreamMatcher in 0.1-s buffers; returns the events and the processing time.
 func stream(_ samples: [Float]) throws -> (events: [SessionEvent], seconds: Double) {
-    let core = StreamMatcher(matcher: Matcher(catalog: try Catalog(path: o.catalog, readOnly: true)))
+    let core = StreamMatcher(matcher: Matcher(catalog: try Catalog(path: o.catalog, readOnly: true)), options: streaming)
     var events: [SessionEvent] = []
     let t0 = clock.now
     var i = 0
@@ -209,7 +243,7 @@ say("== cost: \(fmt(totalProcessing / totalAudio * 100, 1)) % of one core at rea
       + "(\(fmt(totalAudio / totalProcessing, 0))× real-time; \(fmt(negSeconds / (negativeMinutes * 60) * 100, 1)) % on non-catalog music alone)")
 
 // --- Memory over a long stream -------------------------------------------------------------------
-var options = StreamingOptions.default
+var options = streaming
 options.dropsWhenBehind = false
 let session = StreamingSession(matcher: Matcher(catalog: try Catalog(path: o.catalog, readOnly: true)), options: options, clock: nil)
 let drain = Task {
@@ -242,6 +276,10 @@ session.finish()
 let streamMatches = await drain.value
 say("== memory over a \(fmt(o.minutes, 0))-min stream (StreamingSession, \(streamMatches) match events, \(fmt(o.minutes * 60 / elapsed(since: t0), 0))× real-time): "
       + marks.map { "\(fmt($0.minutes, 0)) min \(fmt($0.mb, 1)) MB" }.joined(separator: ", "))
+
+func design(_ name: String) -> SignatureConfiguration? {
+    ["pairs": .current, "triplets": .experimentalTriplets][name]
+}
 
 /// Prints a line at once (the output is often piped).
 func say(_ line: String) {
