@@ -49,7 +49,7 @@ public struct MatchOptions: Sendable, Equatable {
     /// from fits its peaks in every band, while another fits only where the two differ by under a bin. In a
     /// catalog of the calibration's size noise explains a low share far more often, and the extra searches
     /// would cost every noisy clip (on the 6.5-h benchmark they found nothing and took the p95 of matched
-    /// 10-s clips from 22 to 169 ms). Default 0.7.
+    /// 10-s clips from 22 to 169 ms). 0 turns the rule off. Default 0.7.
     public var explainedShare = 0.7
     /// Whether a clip without a decisive match is searched again with its deeper peaks
     /// (``SignatureConfiguration/deepRankLimit``), which finds music under loud speech. Default true.
@@ -248,14 +248,17 @@ public final class Matcher {
         // Stored peaks do not depend on the skew, so one decode per track serves every trial.
         peakCache.removeAll(keepingCapacity: true)
         defer { postingMemo = PostingMemo() }
-        var plain = try matchOnce(signature, trials: 1)
+        // Counted once per query: every search of it pays for the same catalog.
+        let catalogTracks = try catalog.trackCount()
+        var plain = try matchOnce(signature, trials: 1, catalogTracks: catalogTracks)
         let strong = options.decisiveSignificance ?? options.minimumSignificance + 5
         // Speech over music: the music's peaks are there but rank behind the voices', so the first pass
         // finds few of its hashes. The deep pass pairs the signature's weaker peaks too; it costs two or
         // three times the first, so only clips without a strong match pay for it. Like every extra
         // search, it needs the supporting number of aligned hashes.
         if options.deepPass, (plain.matches.first?.significance ?? -.infinity) < strong {
-            let deep = try matchOnce(signature, trials: 2, minimumHits: options.supportingHits, role: .deepQuery)
+            let deep = try matchOnce(signature, trials: 2, catalogTracks: catalogTracks, minimumHits: options.supportingHits,
+                                     role: .deepQuery)
             if let d = deep.matches.first, d.significance > plain.matches.first?.significance ?? -.infinity { plain = deep }
         }
         // A skewed clip can still line up over a short stretch, where its peaks have not yet drifted
@@ -265,7 +268,7 @@ public final class Matcher {
         // them, explains most of its strong peaks. Anything less also tries the skews, and the better result
         // wins. (Under 30 % of the peaks and under 20 decades holds 1 % of the benchmark's unskewed matches;
         // a large catalog asks for ``MatchOptions/explainedShare``, and its noisy clips pay for that.)
-        let explainedShare = try catalog.trackCount() > options.catalogTracksAllowed ? options.explainedShare : 0
+        let explainedShare = catalogTracks > options.catalogTracksAllowed ? options.explainedShare : 0
         let weak = plain.matches.first.map {
             $0.significance < strong || (options.skewWhenPartial
                 && (($0.queryEnd - $0.queryStart) < 0.6 * signature.duration || $0.explained < explainedShare
@@ -280,7 +283,7 @@ public final class Matcher {
         let trials = 2 * max(options.skewTrials.count, options.skewSearchSize ?? 0)
         func attempt(_ skew: Skew) throws {
             var r = try matchOnce(Matcher.unskewed(signature, skew, configuration: configuration),
-                                  trials: trials, minimumHits: options.supportingHits, skewed: true)
+                                  trials: trials, catalogTracks: catalogTracks, minimumHits: options.supportingHits, skewed: true)
             // Every result here passed the significance threshold; among them the one with most aligned
             // hashes has the skew closest to the truth.
             guard let top = r.matches.first else { return }
@@ -444,10 +447,9 @@ public final class Matcher {
         }
     }
 
-    /// One search of `signature` (`skewed`: a skew trial's unskewed copy of the clip).
-    private func matchOnce(_ signature: Signature, trials: Int, minimumHits: Int? = nil,
+    /// One search of `signature` (`skewed`: a skew trial's unskewed copy of the clip) in a catalog of `catalogTracks`.
+    private func matchOnce(_ signature: Signature, trials: Int, catalogTracks: Int, minimumHits: Int? = nil,
                            role: LandmarkRole = .query, skewed: Bool = false) throws -> MatchResult {
-        let catalogTracks = try catalog.trackCount()
         let common = skewed || role == .deepQuery ? options.commonHashes : nil
         let landmarks = skewed
             ? Landmarks.extract(from: signature, rankLimit: options.skewRankLimit, fanout: options.skewFanout, configuration: configuration)
