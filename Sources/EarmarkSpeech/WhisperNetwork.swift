@@ -157,34 +157,12 @@ public final class WhisperNetwork {
     /// result is in ``encoderOutput``.
     public func encode(window mel: UnsafePointer<Float>) {
         let F = frames, M = mels, d = self.d
-        // conv1 (kernel 3, padding 1) as one GEMM: columns[t][c·3 + k] = mel[t + k − 1][c].
-        for t in 0..<F {
-            let row = columns + t * M * 3
-            for k in 0..<3 {
-                let s = t + k - 1
-                if s < 0 || s >= F {
-                    for c in 0..<M { row[c * 3 + k] = 0 }
-                } else {
-                    let src = mel + s * M
-                    for c in 0..<M { row[c * 3 + k] = src[c] }
-                }
-            }
-        }
+        // conv1 (kernel 3, padding 1) as one GEMM.
+        WhisperNetwork.unfold(mel, frames: F, channels: M, stride: 1, outputFrames: F, into: columns)
         WhisperNetwork.affine(columns, rows: F, conv1, into: stem, accumulate: false)
         WhisperNetwork.gelu(stem, count: F * d)
-        // conv2 (kernel 3, stride 2, padding 1): columns[t][c·3 + k] = stem[2t + k − 1][c].
-        for t in 0..<context {
-            let row = columns + t * d * 3
-            for k in 0..<3 {
-                let s = 2 * t + k - 1
-                if s < 0 || s >= F {
-                    for c in 0..<d { row[c * 3 + k] = 0 }
-                } else {
-                    let src = stem + s * d
-                    for c in 0..<d { row[c * 3 + k] = src[c] }
-                }
-            }
-        }
+        // conv2 (kernel 3, stride 2, padding 1).
+        WhisperNetwork.unfold(stem, frames: F, channels: d, stride: 2, outputFrames: context, into: columns)
         WhisperNetwork.affine(columns, rows: context, conv2, into: x, accumulate: false)
         WhisperNetwork.gelu(x, count: context * d)
         for i in 0..<(context * d) { x[i] += encoderPositions[i] }
@@ -349,6 +327,24 @@ public final class WhisperNetwork {
     }
 
     /// GELU with the error function (not the tanh approximation), in place.
+    /// The input of a kernel-3, zero-padded 1-D convolution as GEMM rows:
+    /// `columns[t][c·3 + k] = input[stride·t + k − 1][c]`, zero outside the `frames` input frames (frame-major).
+    static func unfold(_ input: UnsafePointer<Float>, frames: Int, channels: Int, stride: Int, outputFrames: Int,
+                       into columns: UnsafeMutablePointer<Float>) {
+        for t in 0..<outputFrames {
+            let row = columns + t * channels * 3
+            for k in 0..<3 {
+                let s = stride * t + k - 1
+                if s < 0 || s >= frames {
+                    for c in 0..<channels { row[c * 3 + k] = 0 }
+                } else {
+                    let src = input + s * channels
+                    for c in 0..<channels { row[c * 3 + k] = src[c] }
+                }
+            }
+        }
+    }
+
     static func gelu(_ x: UnsafeMutablePointer<Float>, count: Int) {
         let r = Float(0.5).squareRoot()
         for i in 0..<count {
