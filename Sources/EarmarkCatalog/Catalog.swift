@@ -762,8 +762,8 @@ public final class Catalog {
     }
 
     /// Calls `body(i, trackID, frame)` for every posting of each hash `hashes[i]` (distinct hashes): from the
-    /// index segments, and from tracks still pending. `commonHashes`: skip, within a segment, a hash with more
-    /// than this many times the segment's mean postings per hash (and more than 64): so common it says little
+    /// index segments, and from tracks still pending. `commonHashes`: skip a hash with more than this many times
+    /// the index's mean postings per hash (and more than 64; each segment judges by its share): so common it says little
     /// about which track is playing, while its postings are most of a lookup's hits. nil: skip none.
     public func lookup(hashes: [UInt32], commonHashes: Double? = nil, _ body: (Int, Int64, UInt32) -> Void) throws {
         guard !hashes.isEmpty else { return }

@@ -151,16 +151,18 @@ final class PostingIndex {
     }
 
     /// Calls `body(i, track, frame)` for every posting of each key `keys[i]`, from every segment. With
-    /// `commonKeys`, a key with more than that many times a segment's mean postings per key (and more than
-    /// ``commonKeyFloor``) there gives none from it.
+    /// `commonKeys`, a key with more than that many times the index's mean postings per key (and more than
+    /// ``commonKeyFloor``) gives none. Each segment judges by its share of that limit (its share of the
+    /// postings), so one key is judged alike however the index is split: before, each segment applied the
+    /// whole limit, and a key counted common in a merged index was not in five segments.
     func lookup(keys: [UInt32], commonKeys: Double? = nil, _ body: (Int, UInt32, UInt32) -> Void) throws {
         guard !segments.isEmpty else { return }
         let filter = !removedBits.isEmpty
         let ordered = IndexSegment.order(keys, bits: keyBits)  // every segment has the index's key bits
+        let total = Double(max(1, segments.reduce(0) { $0 + $1.postingCount }))
+        let indexLimit = commonKeys.map { max(Double(PostingIndex.commonKeyFloor), $0 * total / Double(UInt64(1) << UInt64(keyBits))) }
         for segment in segments {
-            let limit = commonKeys.map {
-                max(PostingIndex.commonKeyFloor, Int(($0 * Double(segment.postingCount) / Double(UInt64(1) << UInt64(keyBits))).rounded(.up)))
-            } ?? .max
+            let limit = indexLimit.map { max(1, Int(($0 * Double(segment.postingCount) / total).rounded(.up))) } ?? .max
             // Each segment gets the share of the budget that its size is of the index's.
             let share = residentBudget == .max ? .max
                 : Int(Double(residentBudget) * Double(segment.byteCount) / Double(max(1, byteCount)))
@@ -174,7 +176,7 @@ final class PostingIndex {
     /// Bytes of all segment files.
     var byteCount: Int { segments.reduce(0) { $0 + $1.byteCount } }
 
-    /// A key with at most this many postings in a segment is never too common to look up.
+    /// A key with at most this many postings in the index is never too common to look up.
     static let commonKeyFloor = 64
 
     // MARK: Writing

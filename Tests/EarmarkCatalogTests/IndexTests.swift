@@ -308,7 +308,7 @@ struct PostingIndexTests {
         return index
     }
 
-    @Test("commonKeys skips a key with more than that many times a segment's mean postings per key, never one at or under 64")
+    @Test("commonKeys skips a key with more than that many times the index's mean postings per key, never one at or under 64")
     func commonKeys() throws {
         let dir = try TemporaryDirectory("posting-index-common")
         // 256 keys: about 100 postings each, key 5 about 2,100 (mean ≈ 108).
@@ -331,6 +331,32 @@ struct PostingIndexTests {
         try other.lookup(keys: Array(0...255), commonKeys: 0.1) { _, _, _ in n += 1 }
         try other.lookup(keys: Array(0...255)) { _, _, _ in all += 1 }
         #expect(n == all && all == 2_000)
+    }
+
+    @Test("commonKeys judges a key by the whole index: split over two segments it is skipped as when they are merged")
+    func commonKeysAcrossSegments() throws {
+        let dir = try TemporaryDirectory("posting-index-common-split")
+        // Key 5: 60 postings in each segment, 120 in the index: over the floor of 64, under it in either segment.
+        // The first segment is over twice the second, so adding the second merges nothing.
+        func postings(_ tracks: ClosedRange<UInt32>, seed: UInt64, count: Int) -> [EarmarkCatalog.Posting] {
+            randomPostings(seed: seed, count: count, keys: 10...255, tracks: tracks)
+                + (0..<60).map { EarmarkCatalog.Posting(key: 5, track: tracks.lowerBound + UInt32($0 % 2), frame: UInt32($0)) }
+        }
+        let index = try indexWithSegment(dir.path("x-index"), keyBits: 8, postings(1...2, seed: 31, count: 4_000), tracks: [1, 2])
+        var second = postings(3...4, seed: 32, count: 1_000)
+        try index.addSegment(&second, tracks: [3, 4], live: { _ in true })
+        func count(_ key: UInt32, _ common: Double?) throws -> Int {
+            var n = 0
+            try index.lookup(keys: [key], commonKeys: common) { _, _, _ in n += 1 }
+            return n
+        }
+        try #require(index.segments.count == 2)
+        #expect(try count(5, nil) == 120 && count(5, 0.1) == 0)
+        // A key of about 20 postings in all is under the limit however it is split.
+        #expect(try count(20, 0.1) == count(20, nil) && count(20, nil) > 0)
+        try index.mergeAll(live: { _ in true })
+        try #require(index.segments.count == 1)
+        #expect(try count(5, nil) == 120 && count(5, 0.1) == 0 && count(20, 0.1) == count(20, nil))
     }
 
     @Test("removed tracks are skipped at once and dropped by the next full merge, which also forgets them")
