@@ -24,13 +24,15 @@ struct Options {
     var minutes = 14.0
     var workers = ProcessInfo.processInfo.activeProcessorCount
     var triplets = false
+    /// Whether a catalog of several index segments is compacted (`catalog migrate --compact`) before it is measured.
+    var compact = true
 }
 
 func usage(_ status: Int32) -> Never {
     FileHandle.standardError.write(Data("""
     usage: earmark-scale-bench --corpus DIR/corpus/public --queries DIR/queries/NAME [--skew-queries DIR/queries/NAME]
                                [--sizes 100,1000,10000] [--seed N] [--cache DIR] [--earmark PATH] [--cold-sample N] [--minutes M] [--workers N]
-                               [--landmarks pairs|triplets]
+                               [--landmarks pairs|triplets] [--no-compact]
       --sizes         catalog sizes in hours of audio, built (or taken from --cache) in increasing order
       --cache         where catalogs and clip signatures are kept (default ~/.cache/earmark-corpus/scale)
       --earmark       the CLI timed as a fresh process (default: earmark next to this executable)
@@ -38,6 +40,8 @@ func usage(_ status: Int32) -> Never {
       --minutes       time budget per size (default 14; 0: none): 3/4 for matching the clips, which are taken in an
                       order that measures every degradation × length cell however far it gets, 1/4 for the CLI runs
       --landmarks     the landmark design of the catalogs: pairs (default) or triplets (experimental; cached apart)
+      --no-compact    measure a catalog as its build left it (several index segments) instead of compacting it first
+                      (as `earmark catalog migrate --compact` does; the cached catalog stays compacted)
 
     """.utf8))
     exit(status)
@@ -67,6 +71,7 @@ func parseOptions(_ arguments: [String]) -> Options {
             case "triplets": o.triplets = true
             default: usage(2)
             }
+        case "--no-compact": o.compact = false
         case "--help", "-h": usage(0)
         default: usage(2)
         }
@@ -288,6 +293,9 @@ struct BuildRecord: Codable {
     var writeSeconds: Double
     var wallSeconds: Double
     var date: String
+    /// Seconds `catalog migrate --compact` took after the build (``Catalog/compact()``: the file vacuumed and
+    /// the index merged into one segment), nil before it ran.
+    var compactSeconds: Double?
     /// Speeds of the adds alone (the copy left out).
     var tracksPerSecond: Double { addedTracks > 0 ? Double(addedTracks) / (wallSeconds - copySeconds) : .nan }
     var realTimeFactor: Double { addedSeconds > 0 ? addedSeconds / (wallSeconds - copySeconds) : .nan }
@@ -1033,6 +1041,22 @@ for hours in o.sizes {
         let r = try await build(target, base: base, real: real, generator: generator, workers: o.workers)
         record = r
         say("built: \(r.tracks) tracks, \(fmt(r.audioSeconds / 3600, 2)) h; added \(r.addedTracks) tracks (\(fmt(r.addedSeconds / 3600, 2)) h, \(r.rejected) refused) in \(fmt(r.wallSeconds - r.copySeconds, 1)) s wall (copy \(fmt(r.copySeconds, 1)) s more) = \(fmt(r.tracksPerSecond, 1)) tracks/s, \(fmt(r.realTimeFactor, 0))× real time; writer busy \(fmt(100 * r.writeSeconds / (r.wallSeconds - r.copySeconds), 0))% of the time")
+    }
+    // Queries read one segment instead of several (a key's postings are two cache misses a segment), as after
+    // `earmark catalog migrate --compact`, which a bulk ingest should end with; the cached catalog stays compacted.
+    if o.compact, let layout = try? Catalog(path: target.path).indexLayout(), layout.segments > 1 {
+        let t0 = ContinuousClock.now
+        try Catalog(path: target.path).compact()
+        let took = seconds(ContinuousClock.now - t0)
+        say("compacted: \(layout.segments) index segments into 1 in \(fmt(took, 1)) s (the file vacuumed too)")
+        record?.compactSeconds = took
+        if let record {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            try encoder.encode(record).write(to: URL(fileURLWithPath: target.recordPath))
+        }
+    } else if let took = record?.compactSeconds {
+        say("compacted after its build in \(fmt(took, 1)) s")
     }
     summaries.append(try measure(target, record: record, clips: clips, context: context))
 }
