@@ -248,6 +248,45 @@ struct NegativeMatchingTests {
         // Without the margin such weak, outvoted look-alikes do pass, so the check above is not empty.
         #expect(looseOutvotedWeak > 0)
     }
+
+    @Test("aligned hashes earn the hash bonus only when they lead the best other track that is not a match by supportingLead")
+    func hashBonusNeedsALead() async throws {
+        let f = try await MatchingFixture.shared.value()
+        let catalog = try Catalog(path: f.path, readOnly: true)
+        // A low threshold and one plain pass, so that non-catalog music gives weak look-alikes with rivals.
+        var strict = MatchOptions.default
+        strict.minimumSignificance = 1
+        strict.decisiveSignificance = 6
+        strict.skewTrials = []
+        strict.deepPass = false
+        strict.supportingHits = 4
+        // The test applies to catalogs larger than catalogTracksAllowed only.
+        strict.catalogTracksAllowed = 1
+        var loose = strict
+        loose.supportingLead = 0
+        var contested = 0, lowered = 0, clear = 0
+        for track in f.audio.negative {
+            let samples = try Fixtures.decode(track)
+            for start in stride(from: 0, to: min(samples.count - 441_000, 90 * 44_100), by: 5 * 44_100) {
+                let signature = SignatureGenerator.signature(of: Array(samples[start..<(start + 441_000)]))
+                let l = try Matcher(catalog: catalog, options: loose).match(signature)
+                let s = try Matcher(catalog: catalog, options: strict).match(signature)
+                // The only match of its search, so its runner-up is the best track that is not a match.
+                guard l.matches.count == 1, let m = l.matches.first, m.score >= strict.supportingHits else { continue }
+                let same = s.matches.first { $0.track.id == m.track.id }
+                if 2 * m.runnerUpScore > m.score {
+                    contested += 1
+                    // No bonus: at most the loose evidence, and lower where the bonus made the maximum.
+                    #expect((same?.significance ?? -.infinity) <= m.significance)
+                    if (same?.significance ?? -.infinity) < m.significance - 1 { lowered += 1 }
+                } else {
+                    clear += 1
+                    #expect(same?.significance == m.significance, "a clear lead keeps its bonus")
+                }
+            }
+        }
+        #expect(contested > 0 && lowered > 0 && clear > 0, "contested \(contested), lowered \(lowered), clear \(clear)")
+    }
 }
 
 @Suite("Matching clips played faster or slower")
