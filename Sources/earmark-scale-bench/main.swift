@@ -602,6 +602,41 @@ struct ChildReport: Codable {
     var secondMs: Double
     /// In list order; fewer than listed when the time budget ran out.
     var results: [ChildResult]
+    /// The most anonymous memory (RssAnon: the process's own, not the index pages it maps from the page
+    /// cache) seen by a sampler every 10 ms, in MB.
+    var peakAnonMB: Double?
+}
+
+/// Samples this process's RssAnon every 10 ms on a thread of its own, keeping the largest (in kB).
+final class AnonymousMemorySampler: @unchecked Sendable {
+    private let lock = NSLock()
+    private var peak = 0
+    private var running = true
+
+    init() {
+        let thread = Thread { [self] in
+            while lock.withLock({ running }) {
+                let kb = AnonymousMemorySampler.current()
+                lock.withLock { peak = max(peak, kb) }
+                usleep(10_000)
+            }
+        }
+        thread.start()
+    }
+
+    /// Stops sampling and returns the peak in MB.
+    func finish() -> Double {
+        lock.withLock {
+            running = false
+            return Double(max(peak, AnonymousMemorySampler.current())) / 1024
+        }
+    }
+
+    static func current() -> Int {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("RssAnon:") }) else { return 0 }
+        return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+    }
 }
 
 /// `__match CATALOG LIST OUT SECONDS`: opens the catalog read-only, matches the signatures listed (lines of
@@ -611,6 +646,7 @@ struct ChildReport: Codable {
 func runChild(catalogPath: String, list: String, out: String, budget: Double) throws {
     let clock = ContinuousClock()
     let items = readTSV(list).map { ($0["key"]!, $0["path"]!) }
+    let sampler = AnonymousMemorySampler()
     let t0 = clock.now
     let catalog = try Catalog(path: catalogPath, readOnly: true)
     let matcher = Matcher(catalog: catalog)
@@ -638,7 +674,8 @@ func runChild(catalogPath: String, list: String, out: String, budget: Double) th
         results.append(once(item))
         if (n + 1) % 500 == 0 { note("  matched \(n + 1)/\(items.count) in \(fmt(seconds(clock.now - t0), 0)) s") }
     }
-    try JSONEncoder().encode(ChildReport(openMs: openMs, firstMs: firstMs, secondMs: secondMs, results: results))
+    try JSONEncoder().encode(ChildReport(openMs: openMs, firstMs: firstMs, secondMs: secondMs, results: results,
+                                         peakAnonMB: sampler.finish()))
         .write(to: URL(fileURLWithPath: out))
 }
 
@@ -790,7 +827,8 @@ func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], conte
     let rssMB = Double(child.peakRSSKB) / 1024
     say("matching process: \(report.results.count) of \(usable.count) clips in \(fmt(child.seconds, 1)) s"
         + (coverage.0 < coverage.1 ? " (time budget \(fmt(warmBudget / 60, 1)) min; every degradation × length cell still measured)" : "")
-        + "; open \(fmt(report.openMs, 1)) ms, first query \(fmt(report.firstMs, 1)) ms, second query \(fmt(report.secondMs, 1)) ms (the matcher may copy the index into memory then); peak RSS \(fmt(rssMB, 0)) MB")
+        + "; open \(fmt(report.openMs, 1)) ms, first query \(fmt(report.firstMs, 1)) ms, second query \(fmt(report.secondMs, 1)) ms (the matcher may copy the index into memory then); peak RSS \(fmt(rssMB, 0)) MB"
+        + (report.peakAnonMB.map { ", of it its own (anonymous) memory at most \(fmt($0, 0)) MB, the rest index pages mapped from the page cache" } ?? ""))
 
     // --- Recall --------------------------------------------------------------------------------------
     let main = measured.filter { $0.querySet == "main" }
