@@ -215,16 +215,34 @@ struct NegativeMatchingTests {
         #expect(total > 0)
     }
 
+    /// A low threshold and one plain pass: non-catalog music then gives many weak look-alikes.
+    static var lookAlikeOptions: MatchOptions {
+        var o = MatchOptions.default
+        o.minimumSignificance = 1
+        o.decisiveSignificance = 6
+        o.skewTrials = []
+        o.deepPass = false
+        return o
+    }
+
+    /// 10-s windows of the negative tracks' first 90 s, 5 s apart.
+    static func negativeWindows(_ f: MatchingFixture) throws -> [(name: String, signature: Signature)] {
+        var out: [(name: String, signature: Signature)] = []
+        for track in f.audio.negative {
+            let samples = try Fixtures.decode(track)
+            for start in stride(from: 0, to: min(samples.count - 441_000, 90 * 44_100), by: 5 * 44_100) {
+                out.append(("\(track.lastPathComponent) @\(start / 44_100) s",
+                            SignatureGenerator.signature(of: Array(samples[start..<(start + 441_000)]))))
+            }
+        }
+        return out
+    }
+
     @Test("a track outvoted on aligned hashes by a track that is not a match needs outvotedMargin more decades")
     func outvotedNeedsMore() async throws {
         let f = try await MatchingFixture.shared.value()
         let catalog = try Catalog(path: f.path, readOnly: true)
-        // A low threshold, one plain pass: non-catalog music then gives many weak look-alikes.
-        var strict = MatchOptions.default
-        strict.minimumSignificance = 1
-        strict.decisiveSignificance = 6
-        strict.skewTrials = []
-        strict.deepPass = false
+        let strict = Self.lookAlikeOptions
         var loose = strict
         loose.outvotedMargin = 0
         // Outvoted: another track aligns more hashes, and it is not among the matches.
@@ -232,18 +250,14 @@ struct NegativeMatchingTests {
             m.runnerUpScore > m.score && !r.matches.contains { $0.track.id != m.track.id }
         }
         var looseOutvotedWeak = 0
-        for track in f.audio.negative {
-            let samples = try Fixtures.decode(track)
-            for start in stride(from: 0, to: min(samples.count - 441_000, 90 * 44_100), by: 5 * 44_100) {
-                let signature = SignatureGenerator.signature(of: Array(samples[start..<(start + 441_000)]))
-                let r = try Matcher(catalog: catalog, options: strict).match(signature)
-                for m in r.matches where outvoted(m, in: r) {
-                    #expect(m.significance >= strict.minimumSignificance + strict.outvotedMargin,
-                            "\(track.lastPathComponent) @\(start / 44_100) s: \(m.track.title ?? "?") score \(m.score) < \(m.runnerUpScore), sig \(m.significance)")
-                }
-                let l = try Matcher(catalog: catalog, options: loose).match(signature)
-                looseOutvotedWeak += l.matches.filter { outvoted($0, in: l) && $0.significance < strict.minimumSignificance + strict.outvotedMargin }.count
+        for window in try Self.negativeWindows(f) {
+            let r = try Matcher(catalog: catalog, options: strict).match(window.signature)
+            for m in r.matches where outvoted(m, in: r) {
+                #expect(m.significance >= strict.minimumSignificance + strict.outvotedMargin,
+                        "\(window.name): \(m.track.title ?? "?") score \(m.score) < \(m.runnerUpScore), sig \(m.significance)")
             }
+            let l = try Matcher(catalog: catalog, options: loose).match(window.signature)
+            looseOutvotedWeak += l.matches.filter { outvoted($0, in: l) && $0.significance < strict.minimumSignificance + strict.outvotedMargin }.count
         }
         // Without the margin such weak, outvoted look-alikes do pass, so the check above is not empty.
         #expect(looseOutvotedWeak > 0)
@@ -253,36 +267,27 @@ struct NegativeMatchingTests {
     func hashBonusNeedsALead() async throws {
         let f = try await MatchingFixture.shared.value()
         let catalog = try Catalog(path: f.path, readOnly: true)
-        // A low threshold and one plain pass, so that non-catalog music gives weak look-alikes with rivals.
-        var strict = MatchOptions.default
-        strict.minimumSignificance = 1
-        strict.decisiveSignificance = 6
-        strict.skewTrials = []
-        strict.deepPass = false
+        var strict = Self.lookAlikeOptions
         strict.supportingHits = 4
         // The test applies to catalogs larger than catalogTracksAllowed only.
         strict.catalogTracksAllowed = 1
         var loose = strict
         loose.supportingLead = 0
         var contested = 0, lowered = 0, clear = 0
-        for track in f.audio.negative {
-            let samples = try Fixtures.decode(track)
-            for start in stride(from: 0, to: min(samples.count - 441_000, 90 * 44_100), by: 5 * 44_100) {
-                let signature = SignatureGenerator.signature(of: Array(samples[start..<(start + 441_000)]))
-                let l = try Matcher(catalog: catalog, options: loose).match(signature)
-                let s = try Matcher(catalog: catalog, options: strict).match(signature)
-                // The only match of its search, so its runner-up is the best track that is not a match.
-                guard l.matches.count == 1, let m = l.matches.first, m.score >= strict.supportingHits else { continue }
-                let same = s.matches.first { $0.track.id == m.track.id }
-                if 2 * m.runnerUpScore > m.score {
-                    contested += 1
-                    // No bonus: at most the loose evidence, and lower where the bonus made the maximum.
-                    #expect((same?.significance ?? -.infinity) <= m.significance)
-                    if (same?.significance ?? -.infinity) < m.significance - 1 { lowered += 1 }
-                } else {
-                    clear += 1
-                    #expect(same?.significance == m.significance, "a clear lead keeps its bonus")
-                }
+        for window in try Self.negativeWindows(f) {
+            let l = try Matcher(catalog: catalog, options: loose).match(window.signature)
+            let s = try Matcher(catalog: catalog, options: strict).match(window.signature)
+            // The only match of its search, so its runner-up is the best track that is not a match.
+            guard l.matches.count == 1, let m = l.matches.first, m.score >= strict.supportingHits else { continue }
+            let same = s.matches.first { $0.track.id == m.track.id }
+            if 2 * m.runnerUpScore > m.score {
+                contested += 1
+                // No bonus: at most the loose evidence, and lower where the bonus made the maximum.
+                #expect((same?.significance ?? -.infinity) <= m.significance, "\(window.name)")
+                if (same?.significance ?? -.infinity) < m.significance - 1 { lowered += 1 }
+            } else {
+                clear += 1
+                #expect(same?.significance == m.significance, "\(window.name): a clear lead keeps its bonus")
             }
         }
         #expect(contested > 0 && lowered > 0 && clear > 0, "contested \(contested), lowered \(lowered), clear \(clear)")
