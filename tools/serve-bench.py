@@ -3,7 +3,8 @@
 
 1. POST /v1/match with real 10-s clips at 1, 8 and 32 concurrent clients (the request count split
    between the three; each level also stops after --max-seconds): matches/s, p50/p99 latency,
-   errors (anything but a 200 naming the clip's track), and the server's RSS before and after.
+   errors (anything but a 200 naming the clip's track), the server's CPU per match, and its RSS
+   before and after each level.
 2. N WebSocket listeners on /v1/listen at once, each streaming real audio (16 kHz mono s16le) at real
    time: the server's CPU per stream (from /proc/PID/stat) and time to the first match.
 
@@ -310,17 +311,21 @@ def main():
     rows = []
     for i, clients in enumerate(levels):
         count = a.requests // len(levels) + (a.requests % len(levels) if i == len(levels) - 1 else 0)
+        cpu0 = cpu_seconds(a.pid)
         rows.append(match_level(a.port, clips, clients, count, a.max_seconds))
+        rows[-1]["rssAfterMB"] = rss_mb(a.pid)
+        # Server CPU per answered match: steadier than matches/s on a machine shared with other work.
+        rows[-1]["serverCpuMsPerMatch"] = 1000 * (cpu_seconds(a.pid) - cpu0) / max(1, rows[-1]["ok"])
         print(f"  {clients} clients: {rows[-1]['ok']} matches in {rows[-1]['seconds']:.1f} s", file=sys.stderr, flush=True)
     rss_after = rss_mb(a.pid)
     listen = listen_phase(a.port, a.pid, a.streams, a.stream_seconds, pcms) if a.streams > 0 else None
 
     print()
     print(f"POST /v1/match, {len(clips)} real 10-s clips (MP3 64 kbit/s, pink noise 10 dB SNR), keep-alive connections")
-    print(f"{'clients':>7} {'requests':>8} {'matches/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'errors':>6} {'503':>4} {'wrong':>5}")
+    print(f"{'clients':>7} {'requests':>8} {'matches/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'errors':>6} {'503':>4} {'wrong':>5} {'RSS after':>9} {'CPU/match':>9}")
     for r in rows:
         print(f"{r['clients']:>7} {r['requests']:>8} {r['matchesPerSecond']:>9.1f} {r['p50ms']:>7.1f} {r['p99ms']:>7.1f} "
-              f"{r['errors']:>6} {r['busy503']:>4} {r['wrongOrNoMatch']:>5}")
+              f"{r['errors']:>6} {r['busy503']:>4} {r['wrongOrNoMatch']:>5} {r['rssAfterMB']:>6.1f} MB {r['serverCpuMsPerMatch']:>6.1f} ms")
         if r["firstError"]:
             print(f"        first error: {r['firstError']}")
     total = sum(r["requests"] for r in rows)
