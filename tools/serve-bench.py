@@ -3,7 +3,8 @@
 
 1. POST /v1/match with real 10-s clips at 1, 8 and 32 concurrent clients (the request count split
    between the three; each level also stops after --max-seconds): matches/s, p50/p99 latency,
-   errors (anything but a 200 naming the clip's track), and the server's RSS before and after.
+   errors (anything but a 200 naming the clip's track), the server's CPU per match, and its RSS
+   before and after each level.
 2. N WebSocket listeners on /v1/listen at once, each streaming real audio (16 kHz mono s16le) at real
    time: the server's CPU per stream (from /proc/PID/stat) and time to the first match.
 
@@ -304,28 +305,38 @@ def main():
         with open(os.path.join(a.pcm, name), "rb") as f:
             pcms.append((f.read(), ids[name[:-len(".raw")]]))
 
-    match_level(a.port, clips, 2, len(clips) * 2, 60)  # warm-up: every clip twice
     levels = [int(x) for x in a.levels.split(",")]
+    match_level(a.port, clips, 2, len(clips) * 2, 60)  # warm-up: every clip twice
+    # ... and two matches per client at the highest level, so that "before" is a server that has already
+    # served that many at once (its peak of buffers in flight and its allocator's per-thread arenas): the
+    # RSS growth over the run is then growth, not the first burst of 32 concurrent requests.
+    rss_warm = rss_mb(a.pid)
+    match_level(a.port, clips, max(levels), 2 * max(levels), 60)
     rss_before = rss_mb(a.pid)
     rows = []
     for i, clients in enumerate(levels):
         count = a.requests // len(levels) + (a.requests % len(levels) if i == len(levels) - 1 else 0)
+        cpu0 = cpu_seconds(a.pid)
         rows.append(match_level(a.port, clips, clients, count, a.max_seconds))
+        rows[-1]["rssAfterMB"] = rss_mb(a.pid)
+        # Server CPU per answered match: steadier than matches/s on a machine shared with other work.
+        rows[-1]["serverCpuMsPerMatch"] = 1000 * (cpu_seconds(a.pid) - cpu0) / max(1, rows[-1]["ok"])
         print(f"  {clients} clients: {rows[-1]['ok']} matches in {rows[-1]['seconds']:.1f} s", file=sys.stderr, flush=True)
     rss_after = rss_mb(a.pid)
     listen = listen_phase(a.port, a.pid, a.streams, a.stream_seconds, pcms) if a.streams > 0 else None
 
     print()
     print(f"POST /v1/match, {len(clips)} real 10-s clips (MP3 64 kbit/s, pink noise 10 dB SNR), keep-alive connections")
-    print(f"{'clients':>7} {'requests':>8} {'matches/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'errors':>6} {'503':>4} {'wrong':>5}")
+    print(f"{'clients':>7} {'requests':>8} {'matches/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'errors':>6} {'503':>4} {'wrong':>5} {'RSS after':>9} {'CPU/match':>9}")
     for r in rows:
         print(f"{r['clients']:>7} {r['requests']:>8} {r['matchesPerSecond']:>9.1f} {r['p50ms']:>7.1f} {r['p99ms']:>7.1f} "
-              f"{r['errors']:>6} {r['busy503']:>4} {r['wrongOrNoMatch']:>5}")
+              f"{r['errors']:>6} {r['busy503']:>4} {r['wrongOrNoMatch']:>5} {r['rssAfterMB']:>6.1f} MB {r['serverCpuMsPerMatch']:>6.1f} ms")
         if r["firstError"]:
             print(f"        first error: {r['firstError']}")
     total = sum(r["requests"] for r in rows)
     growth = 100 * (rss_after - rss_before) / rss_before
-    print(f"server RSS: {rss_before:.1f} MB before, {rss_after:.1f} MB after {total} requests ({growth:+.1f} %)")
+    print(f"server RSS: {rss_warm:.1f} MB after the first warm-up, {rss_before:.1f} MB after {2 * max(levels)} matches at "
+          f"{max(levels)} clients, {rss_after:.1f} MB after {total} requests ({growth:+.1f} %)")
     if listen:
         print()
         print(f"GET /v1/listen: {listen['streams']} WebSocket listeners at once, each {a.stream_seconds:.0f} s of real music, "
@@ -338,7 +349,7 @@ def main():
             print(f"  first error: {listen['firstError']}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"match": rows, "rssBeforeMB": rss_before, "rssAfterMB": rss_after, "listen": listen}, f, indent=1)
+            json.dump({"match": rows, "rssWarmMB": rss_warm, "rssBeforeMB": rss_before, "rssAfterMB": rss_after, "listen": listen}, f, indent=1)
     failed = any(r["errors"] or r["wrongOrNoMatch"] for r in rows) or (listen and listen["errors"])
     return 1 if failed else 0
 

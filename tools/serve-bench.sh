@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Load benchmark of `earmark serve`, on loopback only; not run by CI. Builds the release program
-# (scratch path .build/bench), builds a catalog of real music as tools/demo.sh does (the reference
+# (scratch path $SERVE_BENCH_SCRATCH, default .build/bench), builds a catalog of real music as tools/demo.sh does (the reference
 # tracks of tools/test-audio.sh), cuts degraded 10-s clips and 30-s streams from those tracks, starts
 # `earmark serve` on a free loopback port and drives it with tools/serve-bench.py:
 #
@@ -22,14 +22,15 @@ streams=${SERVE_BENCH_STREAMS:-50}
 stream_seconds=${SERVE_BENCH_STREAM_SECONDS:-30}
 level_seconds=${SERVE_BENCH_LEVEL_SECONDS:-180}
 timeout_s=${SERVE_BENCH_TIMEOUT:-1200}
+scratch=${SERVE_BENCH_SCRATCH:-.build/bench}
 
 audio=$(bash tools/test-audio.sh </dev/null)
-echo "== building (release, .build/bench)" >&2
-swift build -c release --scratch-path .build/bench --product earmark 2>&1 | grep -Ev '^\[[0-9]+/[0-9]+\]|^(Compiling|Write|Building|Emitting|Linking|Planning)' >&2 || true
-earmark=$(swift build -c release --scratch-path .build/bench --show-bin-path)/earmark
+echo "== building (release, $scratch)" >&2
+swift build -c release --scratch-path "$scratch" --product earmark 2>&1 | grep -Ev '^\[[0-9]+/[0-9]+\]|^(Compiling|Write|Building|Emitting|Linking|Planning)' >&2 || true
+earmark=$(swift build -c release --scratch-path "$scratch" --show-bin-path)/earmark
 [ -x "$earmark" ] || { echo "serve-bench: no $earmark" >&2; exit 2; }
 
-work=.build/bench/serve-bench
+work=$scratch/serve-bench
 mkdir -p "$work"
 catalog=$work/demo.earcat
 if [ ! -f "$work/catalog.done" ]; then

@@ -56,6 +56,14 @@ public final class LoudnessMeter {
     private var sinceStep = 0
     private var momentarySeries: [TimedValue] = []
     private var shortTermSeries: [TimedValue] = []
+    /// Whether a 100-ms step is a whole number of frames that libebur128's 100-ms window and its own blocks
+    /// agree on (rates that are multiples of 10 Hz): then momentary and short-term loudness at each step
+    /// are made from the last 4 and 30 step energies (`stepEnergies`), one 100-ms window read per step,
+    /// instead of asking libebur128 to sum the last 400 ms and 3 s again every 100 ms (a 3-s sum every
+    /// 100 ms was most of a loudness measurement's cost).
+    private let stepWindows: Bool
+    /// The mean K-weighted energy of each of the last (up to) 30 steps, oldest first.
+    private var stepEnergies: [Double] = []
 
     public init(sampleRate: Double, channels: Int) throws {
         guard sampleRate.isFinite, sampleRate >= 8000, sampleRate <= 384_000 else {
@@ -74,6 +82,8 @@ public final class LoudnessMeter {
         self.sampleRate = sampleRate
         self.channels = channels
         step = Int((sampleRate / 10).rounded())
+        stepWindows = sampleRate == sampleRate.rounded() && Int(sampleRate) % 10 == 0
+        stepEnergies.reserveCapacity(31)
         let layout: [Int32]
         switch channels {
         case 3: layout = [EBUR128_LEFT, EBUR128_RIGHT, EBUR128_CENTER].map { Int32($0.rawValue) }
@@ -114,6 +124,14 @@ public final class LoudnessMeter {
 
     private func record() {
         let t = duration
+        if stepWindows {
+            var level = 0.0
+            // The window's loudness back to its energy (-inf: energy 0).
+            let energy = ebur128_loudness_window(state, 100, &level) == 0 && level.isFinite
+                ? Foundation.pow(10, (level + 0.691) / 10) : 0
+            stepEnergies.append(energy)
+            if stepEnergies.count > 30 { stepEnergies.removeFirst() }
+        }
         if t >= 0.4 - 1e-9, let m = momentary {
             momentarySeries.append(TimedValue(start: t - 0.4, end: t, value: m))
         }
@@ -123,9 +141,26 @@ public final class LoudnessMeter {
     }
 
     /// Loudness of the last 400 ms (nil before 400 ms or in silence).
-    public var momentary: Double? { duration >= 0.4 - 1e-9 ? finite { ebur128_loudness_momentary(state, &$0) } : nil }
+    public var momentary: Double? {
+        guard duration >= 0.4 - 1e-9 else { return nil }
+        return fromSteps(4) ?? finite { ebur128_loudness_momentary(state, &$0) }
+    }
     /// Loudness of the last 3 s (nil before 3 s or in silence).
-    public var shortTerm: Double? { duration >= 3 - 1e-9 ? finite { ebur128_loudness_shortterm(state, &$0) } : nil }
+    public var shortTerm: Double? {
+        guard duration >= 3 - 1e-9 else { return nil }
+        return fromSteps(30) ?? finite { ebur128_loudness_shortterm(state, &$0) }
+    }
+
+    /// The loudness of the last `count` steps from their energies, at a step boundary (nil elsewhere, and
+    /// when the steps are not kept); -inf (silence) is nil, as libebur128's own answer would be.
+    private func fromSteps(_ count: Int) -> Double?? {
+        guard stepWindows, sinceStep == 0, stepEnergies.count >= count else { return nil }
+        let energy = stepEnergies.suffix(count).reduce(0, +) / Double(count)
+        guard energy > 0 else { return .some(nil) }
+        // libebur128's energy-to-loudness formula.
+        let level = 10 * Foundation.log(energy) / Foundation.log(10.0) - 0.691
+        return .some(level.isFinite ? level : nil)
+    }
 
     private func finite(_ read: (inout Double) -> Int32) -> Double? {
         var v = 0.0

@@ -65,13 +65,15 @@ public final class TruePeakMeter {
             // The channel's samples after the kept ones: x[i] for i < keep is history.
             var x = history[c]
             x.reserveCapacity(keep + frames)
-            var samplePeak = peaks[c]
-            for f in 0..<frames {
-                let v = interleaved[f * channels + c]
-                x.append(v)
-                samplePeak = max(samplePeak, abs(v))
+            if channels == 1 {
+                x.append(contentsOf: interleaved)
+            } else {
+                for f in 0..<frames { x.append(interleaved[f * channels + c]) }
             }
-            var best = samplePeak
+            var best = peaks[c]
+            x.withUnsafeBufferPointer { x in
+                best = TruePeakMeter.absoluteMaximum(x, keep...(x.count - 1), atLeast: best)
+            }
             if !phases.isEmpty {
                 x.withUnsafeBufferPointer { x in
                     // Interpolate between samples n and n + 1 for n = half − 1 … count − half − 1 (taps need
@@ -80,16 +82,9 @@ public final class TruePeakMeter {
                     var start = first
                     while start <= last {
                         let end = min(last, start + 31)
-                        var m: Float = 0
-                        for i in (start - half + 1)...(end + half) { m = max(m, abs(x[i])) }
+                        let m = TruePeakMeter.absoluteMaximum(x, (start - half + 1)...(end + half), atLeast: 0)
                         if !skips || m * gain > best {
-                            for n in start...end {
-                                for taps in phases {
-                                    var y: Float = 0
-                                    for k in 0..<taps.count { y += taps[k] * x[n - half + 1 + k] }
-                                    best = max(best, abs(y))
-                                }
-                            }
+                            best = interpolatedPeak(x, from: start, through: end, atLeast: best)
                         }
                         start = end + 1
                     }
@@ -98,6 +93,69 @@ public final class TruePeakMeter {
             peaks[c] = best
             history[c] = Array(x.suffix(keep))
         }
+    }
+
+    /// The largest of `best` and the absolute values interpolated between samples n and n + 1 of `x`, for n in
+    /// `start...end`. Eight consecutive n are interpolated at once, one per SIMD lane: each lane adds its
+    /// products in the same order as one value at a time would, so the values are the same to the bit.
+    private func interpolatedPeak(_ x: UnsafeBufferPointer<Float>, from start: Int, through end: Int, atLeast best: Float) -> Float {
+        let half = TruePeakMeter.taps / 2, taps = TruePeakMeter.taps
+        precondition(start - half + 1 >= 0 && end + half < x.count)
+        var best = best
+        let base = UnsafeRawPointer(x.baseAddress!)
+        let stride = MemoryLayout<Float>.stride
+        // Lane-wise maxima, folded into `best` at the end (the maximum does not depend on the order).
+        var lanes = SIMD8<Float>(repeating: best)
+        for phase in phases {
+            phase.withUnsafeBufferPointer { t in
+                var n = start
+                while n + 7 <= end {
+                    var y = SIMD8<Float>(repeating: 0)
+                    let first = n - half + 1
+                    for k in 0..<taps {
+                        y += SIMD8<Float>(repeating: t[k]) * base.loadUnaligned(fromByteOffset: (first + k) * stride, as: SIMD8<Float>.self)
+                    }
+                    lanes = TruePeakMeter.maximum(lanes, y)
+                    n += 8
+                }
+                while n <= end {
+                    var y: Float = 0
+                    for k in 0..<taps { y += t[k] * x[n - half + 1 + k] }
+                    best = max(best, abs(y))
+                    n += 1
+                }
+            }
+        }
+        for lane in 0..<8 { best = max(best, lanes[lane]) }
+        return best
+    }
+
+    /// Lane by lane, the larger of `lanes` and `|y|`, as `max(lanes, abs(y))` is (a NaN in `y` is passed over).
+    @inline(__always)
+    private static func maximum(_ lanes: SIMD8<Float>, _ y: SIMD8<Float>) -> SIMD8<Float> {
+        let a = unsafeBitCast(unsafeBitCast(y, to: SIMD8<UInt32>.self) & SIMD8(repeating: 0x7FFF_FFFF), to: SIMD8<Float>.self)
+        return lanes.replacing(with: a, where: a .>= lanes)
+    }
+
+    /// The largest of `initial` and `|x[i]|` for i in `range`, NaNs passed over as `max` passes them.
+    static func absoluteMaximum(_ x: UnsafeBufferPointer<Float>, _ range: ClosedRange<Int>, atLeast initial: Float) -> Float {
+        precondition(range.lowerBound >= 0 && range.upperBound < x.count)
+        var best = initial
+        var i = range.lowerBound
+        if range.count >= 8 {
+            let base = UnsafeRawPointer(x.baseAddress!)
+            var lanes = SIMD8<Float>(repeating: initial)
+            while i + 7 <= range.upperBound {
+                lanes = maximum(lanes, base.loadUnaligned(fromByteOffset: i * MemoryLayout<Float>.stride, as: SIMD8<Float>.self))
+                i += 8
+            }
+            for lane in 0..<8 { best = max(best, lanes[lane]) }
+        }
+        while i <= range.upperBound {
+            best = max(best, abs(x[i]))
+            i += 1
+        }
+        return best
     }
 
     /// The true peak of each channel so far (linear, 1 = full scale).

@@ -86,10 +86,25 @@ final class PeakPicker {
                 tiltFactor.withUnsafeBufferPointer { t in
                     let s = sp.baseAddress! + row, m = mp.baseAddress! + row
                     for k in 0..<band { s[k] = power[k] * t[k] }
-                    for k in 0..<band {
-                        var best = s[k]
-                        for j in max(0, k - r)...min(band - 1, k + r) where s[j] > best { best = s[j] }
-                        m[k] = best
+                    // Eight bins at a time where all their neighbours are in the band: each lane makes the
+                    // same comparisons in the same order as the scalar loop (NaNs included).
+                    var k = 0
+                    while k < band {
+                        if k >= r && k + 7 + r < band {
+                            let raw = UnsafeRawPointer(s)
+                            var best = raw.loadUnaligned(fromByteOffset: k * MemoryLayout<Float>.stride, as: SIMD8<Float>.self)
+                            for j in (k - r)...(k + r) {
+                                let v = raw.loadUnaligned(fromByteOffset: j * MemoryLayout<Float>.stride, as: SIMD8<Float>.self)
+                                best.replace(with: v, where: v .> best)
+                            }
+                            UnsafeMutableRawPointer(m).storeBytes(of: best, toByteOffset: k * MemoryLayout<Float>.stride, as: SIMD8<Float>.self)
+                            k += 8
+                        } else {
+                            var best = s[k]
+                            for j in max(0, k - r)...min(band - 1, k + r) where s[j] > best { best = s[j] }
+                            m[k] = best
+                            k += 1
+                        }
                     }
                 }
             }
