@@ -4,9 +4,12 @@ import Foundation
 /// A ``SpeechAnalyzer`` on a thread of its own, for live input: ``append(_:)`` returns at once and the results
 /// arrive in ``results``, an `AsyncSequence` that ends after ``finish()`` once the queued audio is transcribed.
 ///
-/// Audio waits in a queue of at most ``maximumBacklog`` seconds; when transcription falls that far behind,
-/// the oldest queued audio is replaced by silence of the same length (stream times stay true, that audio is
-/// not transcribed).
+/// Live input (`live`, a microphone): buffers that arrived while the analyzer was busy are taken together and
+/// only the newest may start a volatile re-decode, so a slow machine re-decodes less often rather than falling
+/// further behind; audio waits in a queue of at most ``maximumBacklog`` seconds, and when transcription falls
+/// that far behind anyway, the oldest queued audio is replaced by silence of the same length (stream times stay
+/// true, that audio is not transcribed). Otherwise (a file read as fast as it decodes) every buffer may start
+/// a re-decode and ``append(_:)`` waits while the queue is full: nothing is skipped.
 ///
 /// ```swift
 /// let session = SpeechAnalysisSession(analyzer: try SpeechAnalyzer(recognizer: recognizer, detector: detector))
@@ -18,8 +21,12 @@ public final class SpeechAnalysisSession: Sendable {
     public let results: AsyncThrowingStream<SpeechResult, any Error>
     /// Seconds of audio the queue holds at most before the oldest is skipped.
     public let maximumBacklog: Double
+    /// Whether the input is live (see above).
+    public let live: Bool
     private let state: SessionLock<Queue>
     private let wake = DispatchSemaphore(value: 0)
+    /// Signalled whenever the worker empties the queue (a waiting ``append(_:)`` looks for room again).
+    private let space = DispatchSemaphore(value: 0)
 
     private struct Queue {
         var items: [Item] = []
@@ -39,23 +46,29 @@ public final class SpeechAnalysisSession: Sendable {
     }
 
     /// Starts the analyzer's thread; the session owns the analyzer from now on.
-    public init(analyzer: sending SpeechAnalyzer, maximumBacklog: Double = 60) {
+    public init(analyzer: sending SpeechAnalyzer, live: Bool = true, maximumBacklog: Double = 60) {
         self.maximumBacklog = maximumBacklog
+        self.live = live
         state = SessionLock(Queue())
         let (stream, continuation) = AsyncThrowingStream.makeStream(of: SpeechResult.self, throwing: (any Error).self)
         results = stream
         let handoff = SessionHandoff(analyzer)
-        let thread = Thread { [state, wake] in
-            SpeechAnalysisSession.work(handoff.take(), state: state, wake: wake, continuation: continuation)
+        let thread = Thread { [state, wake, space] in
+            SpeechAnalysisSession.work(handoff.take(), live: live, state: state, wake: wake, space: space, continuation: continuation)
         }
         thread.name = "earmark-speech"
         thread.start()
     }
 
-    /// Queues a buffer and returns at once. Buffers with no samples, no channels or an invalid rate are ignored.
+    /// Queues a buffer and returns at once (unless the input is not live and the queue is full: then it waits for
+    /// room). Buffers with no samples, no channels or an invalid rate are ignored.
     public func append(_ buffer: PCMBuffer) {
         guard buffer.channels > 0, buffer.sampleRate.isFinite, buffer.sampleRate > 0, buffer.frameCount > 0 else { return }
         let limit = maximumBacklog
+        while !live, state.withLock({ q in !q.finished && !q.items.isEmpty && q.seconds + buffer.duration > limit }) {
+            wake.signal()
+            space.wait()
+        }
         state.withLock { q in
             guard !q.finished else { return }
             q.items.append(.audio(buffer))
@@ -79,8 +92,8 @@ public final class SpeechAnalysisSession: Sendable {
         wake.signal()
     }
 
-    private static func work(_ analyzer: SpeechAnalyzer, state: SessionLock<Queue>, wake: DispatchSemaphore,
-                             continuation: AsyncThrowingStream<SpeechResult, any Error>.Continuation) {
+    private static func work(_ analyzer: SpeechAnalyzer, live: Bool, state: SessionLock<Queue>, wake: DispatchSemaphore,
+                             space: DispatchSemaphore, continuation: AsyncThrowingStream<SpeechResult, any Error>.Continuation) {
         do {
             while true {
                 wake.wait()
@@ -88,11 +101,14 @@ public final class SpeechAnalysisSession: Sendable {
                     defer { q.items.removeAll(); q.seconds = 0 }
                     return (q.items, q.finished)
                 }
-                for item in items {
+                space.signal()
+                for (i, item) in items.enumerated() {
+                    // Behind real time, only the newest audio may start a volatile re-decode.
+                    let newest = !live || i == items.count - 1
                     let found: [SpeechResult]
                     switch item {
-                    case .audio(let b): found = try analyzer.append(b)
-                    case .silence(let s): found = try analyzer.appendSilence(seconds: s)
+                    case .audio(let b): found = try analyzer.append(b, volatile: newest)
+                    case .silence(let s): found = try analyzer.appendSilence(seconds: s, volatile: newest)
                     }
                     for r in found { continuation.yield(r) }
                 }

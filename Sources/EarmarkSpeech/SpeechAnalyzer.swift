@@ -119,33 +119,36 @@ public final class SpeechAnalyzer {
 
     /// Appends audio (any rate and channel count; buffers are taken as following each other, their `time` is
     /// not read) and returns the results it completes, in order.
-    public func append(_ buffer: PCMBuffer) throws -> [SpeechResult] {
+    /// - Parameter volatile: false skips a volatile re-decode that is due (it happens at the next append that
+    ///   allows it): a caller behind real time passes false for all but its newest buffer, so that re-decoding
+    ///   gets rarer instead of the backlog longer.
+    public func append(_ buffer: PCMBuffer, volatile: Bool = true) throws -> [SpeechResult] {
         guard !finished else { return [] }
         guard buffer.sampleRate > 0, buffer.sampleRate.isFinite, buffer.channels >= 1 else {
             throw AudioError(.unsupportedFormat, "bad PCM buffer (\(buffer.sampleRate) Hz, \(buffer.channels) channels)")
         }
         var results: [SpeechResult] = []
         if inputRate != buffer.sampleRate {
-            if let r = resampler { results += try take(r.flush()) }
+            if let r = resampler { results += try take(r.flush(), volatile: false) }
             inputRate = buffer.sampleRate
             resampler = buffer.sampleRate == Double(rate) ? nil : try Resampler(inputRate: buffer.sampleRate, outputRate: Double(rate))
         }
         let mono = buffer.mono
-        results += try take(resampler?.process(mono) ?? mono)
+        results += try take(resampler?.process(mono) ?? mono, volatile: volatile)
         return results
     }
 
     /// Appends `seconds` of silence (a gap in the input that the stream's times should keep).
-    public func appendSilence(seconds: Double) throws -> [SpeechResult] {
+    public func appendSilence(seconds: Double, volatile: Bool = true) throws -> [SpeechResult] {
         guard !finished, seconds > 0, seconds.isFinite else { return [] }
-        return try take([Float](repeating: 0, count: Int((seconds * Double(rate)).rounded())))
+        return try take([Float](repeating: 0, count: Int((seconds * Double(rate)).rounded())), volatile: volatile)
     }
 
     /// Ends the stream: everything still unfinished is decoded and reported as final.
     public func finish() throws -> [SpeechResult] {
         guard !finished else { return [] }
         var results: [SpeechResult] = []
-        if let r = resampler { results += try take(r.flush()) }
+        if let r = resampler { results += try take(r.flush(), volatile: false) }
         finished = true
         windows += activity.finish().map(Self.scoresOnly)
         results += settle(horizon: .infinity)
@@ -163,11 +166,11 @@ public final class SpeechAnalyzer {
         return w
     }
 
-    private func take(_ samples: [Float]) throws -> [SpeechResult] {
+    private func take(_ samples: [Float], volatile: Bool) throws -> [SpeechResult] {
         guard !samples.isEmpty else { return [] }
         audio += samples
         let fresh = try activity.append(PCMBuffer(samples: samples, sampleRate: Double(rate)))
-        guard let last = fresh.last else { return volatileIfDue() }
+        guard let last = fresh.last else { return volatileIfDue(volatile) }
         windows += fresh.map(Self.scoresOnly)
         nextWindowStart = last.start + hop
         let results = settle(horizon: nextWindowStart)
@@ -175,7 +178,7 @@ public final class SpeechAnalyzer {
         if let w = windows.last, detector.activity.score(w) < detector.activity.offset, detector.activity.ranges(windows).isEmpty {
             windows.removeAll()
         }
-        return results + volatileIfDue()
+        return results + volatileIfDue(volatile)
     }
 
     /// The padded speech stretches among the windows kept, each with the end of its last raw range.
@@ -210,13 +213,13 @@ public final class SpeechAnalyzer {
     }
 
     /// Decodes the unfinished stretch again when enough new audio has come in; makes it final in parts when it is too long.
-    private func volatileIfDue() -> [SpeechResult] {
+    private func volatileIfDue(_ allowed: Bool) -> [SpeechResult] {
         guard let open = stretches().last, horizonIsOpen(open.speechEnd) else { return [] }
         let range = TimeRange(start: open.range.start, end: duration)
         if range.duration >= options.maximumStretch {
             return finalizePart(of: range)
         }
-        guard options.reportsVolatile else { return [] }
+        guard options.reportsVolatile, allowed else { return [] }
         let since = lastDecodeEnd ?? range.start
         guard range.end - since >= options.volatileInterval else { return [] }
         lastDecodeEnd = range.end
