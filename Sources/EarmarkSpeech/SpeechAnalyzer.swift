@@ -174,8 +174,9 @@ public final class SpeechAnalyzer {
         windows += fresh.map(Self.scoresOnly)
         nextWindowStart = last.start + hop
         let results = settle(horizon: nextWindowStart)
-        // No speech among the windows and the last one below the offset: none of them can matter any more.
-        if let w = windows.last, detector.activity.score(w) < detector.activity.offset, detector.activity.ranges(windows).isEmpty {
+        // No speech among the windows: the activity is off after them, and none of them can matter any more
+        // (unless ranges as short as one window are dropped, which the defaults never do).
+        if detector.activity.minimumDuration <= activity.options.windowDuration, detector.activity.ranges(windows).isEmpty {
             windows.removeAll()
         }
         return results + volatileIfDue(volatile)
@@ -247,6 +248,12 @@ public final class SpeechAnalyzer {
             lastWordEnd = result.segments.last { !$0.words.isEmpty }?.words.last?.end ?? wordEndBefore
         }
         finalUpTo = cut
+        // Speech that never pauses must not keep every window: the run of speech may restart at its last onset
+        // before the cut (every window after it is at or above the offset, so the range stays open just the same).
+        let activity = detector.activity
+        if let keep = windows.lastIndex(where: { $0.start < cut && activity.score($0) >= activity.onset }), keep > 0 {
+            windows.removeFirst(keep)
+        }
         lastDecodeEnd = nil
         let hadVolatile = lastVolatile != nil
         lastVolatile = nil
