@@ -18,6 +18,8 @@ public struct ClipReport: Encodable, Sendable {
     public var loudness: LoudnessResult?
     /// Sound classification of the clip (when asked for).
     public var sound: SoundAnalysis?
+    /// What the clip says (when a transcript was asked for; encoded only then).
+    public var transcript: SpeechAnalysis?
     /// Why the clip could not be matched (the command line reports failed clips in place).
     public var error: String?
 
@@ -37,7 +39,7 @@ public struct ClipReport: Encodable, Sendable {
         self.error = error
     }
 
-    enum CodingKeys: String, CodingKey { case path, matches, queryDuration, queryLandmarks, candidateHits, loudness, sound, error }
+    enum CodingKeys: String, CodingKey { case path, matches, queryDuration, queryLandmarks, candidateHits, loudness, sound, transcript, error }
 
     public func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
@@ -49,6 +51,7 @@ public struct ClipReport: Encodable, Sendable {
         try c.encode(candidateHits, forKey: .candidateHits)
         try c.encode(loudness, forKey: .loudness)
         try c.encode(sound, forKey: .sound)
+        try c.encodeIfPresent(transcript, forKey: .transcript)
         try c.encode(error, forKey: .error)
     }
 }
@@ -74,10 +77,14 @@ extension Recognizer {
     ///   - progress: (seconds matched, seconds in all) of a long recording.
     /// - Throws: ``AudioError`` or ``SignatureError`` for a clip that cannot be read or matched, ``CatalogError``
     ///   when the catalog fails.
-    public func report(path: String, name: String? = nil, sound: SoundModel? = nil,
+    ///   - speech: with a `sound` model, also transcribe the clip's speech with this model (``ClipReport/transcript``).
+    public func report(path: String, name: String? = nil, sound: SoundModel? = nil, speech: SpeechModel? = nil,
                        progress: (Double, Double) -> Void = { _, _ in }) throws -> ClipReport {
-        let (result, loudness, analysis) = try matchAnalyzing(path: path, sound: sound, progress: progress)
-        var report = ClipReport(path: name ?? path, result: result, loudness: loudness, sound: analysis)
+        let f = try Fingerprinter.fingerprint(path: path, configuration: matcher.configuration, digest: false,
+                                              analyses: Analyses(loudness: true, sound: sound, speech: speech))
+        let result = try match(f.signature, progress: progress)
+        var report = ClipReport(path: name ?? path, result: result, loudness: f.loudness, sound: f.sound)
+        report.transcript = f.speech
         report.contexts = try result.matches.map { try context(of: $0) }
         return report
     }

@@ -30,6 +30,8 @@ public struct FingerprintedFile: Sendable {
     public var structure: StructureResult? = nil
     /// Musical events per minute over time, when asked for.
     public var pace: PaceResult? = nil
+    /// What is said, when a transcript was asked for (kind `speech`; no segments when there is no speech).
+    public var speech: SpeechAnalysis? = nil
 }
 
 /// Which analyses a decoding pass computes besides the signature.
@@ -41,15 +43,18 @@ public struct Analyses: Sendable {
     public var pace = false
     /// Sound classification (and instrument activity, for AudioSet models) with this model.
     public var sound: SoundModel? = nil
+    /// A transcript of the speech (Whisper, with word times) with this model; speech is found with `sound`, so it needs that too.
+    public var speech: SpeechModel? = nil
 
     public init(loudness: Bool = false, key: Bool = false, rhythm: Bool = false, structure: Bool = false, pace: Bool = false,
-                sound: SoundModel? = nil) {
+                sound: SoundModel? = nil, speech: SpeechModel? = nil) {
         self.loudness = loudness
         self.key = key
         self.rhythm = rhythm
         self.structure = structure
         self.pace = pace
         self.sound = sound
+        self.speech = speech
     }
 
     /// Loudness, key, rhythm, structure and pace, plus sound classification when a model is given.
@@ -57,7 +62,7 @@ public struct Analyses: Sendable {
         Analyses(loudness: true, key: true, rhythm: true, structure: true, pace: true, sound: sound)
     }
 
-    var any: Bool { loudness || key || rhythm || structure || pace || sound != nil }
+    var any: Bool { loudness || key || rhythm || structure || pace || sound != nil || speech != nil }
 }
 
 /// Decodes audio files into signatures in one streaming pass.
@@ -120,6 +125,15 @@ extension Fingerprinter {
         // Structure's phrases need the bars, and pace the onset envelope: both come from the beat tracker.
         let beatTracker = request.rhythm || request.structure || request.pace ? try BeatTracker(inputRate: reader.sampleRate) : nil
         let structure = request.structure ? try StructureAnalyzer(inputRate: reader.sampleRate) : nil
+        // The transcriber reads the same mono buffers (resampled once to 16 kHz) and only where it hears speech.
+        let transcriber = try request.speech.flatMap { speech in
+            try request.sound.map { sound in
+                try SpeechAnalyzer(recognizer: WhisperRecognizer(model: speech), detector: SpeechDetector(soundModel: sound),
+                                   options: SpeechStreamOptions(transcription: TranscriptionOptions(wordTimestamps: true), maximumStretch: 60,
+                                                                reportsVolatile: false))
+            }
+        }
+        var spoken: [SpeechResult] = []
         let meter = request.loudness ? try LoudnessMeter(sampleRate: reader.sampleRate, channels: reader.channels) : nil
         // Whole-file analysis classifies back-to-back patches (no overlap): half the cost of `classify`'s default.
         let classifier = try request.sound.map {
@@ -145,6 +159,7 @@ extension Fingerprinter {
             let mono = buffer.mono
             // One downmix serves every mono consumer, the classifier included.
             windows += try classifier?.append(PCMBuffer(samples: mono, sampleRate: buffer.sampleRate)) ?? []
+            spoken += try transcriber?.append(PCMBuffer(samples: mono, sampleRate: buffer.sampleRate)) ?? []
             keyDetector?.append(mono)
             beatTracker?.append(mono)
             structure?.append(mono)
@@ -162,6 +177,10 @@ extension Fingerprinter {
         f.sound = classifier.map { SoundAnalysis(windows: windows, duration: $0.duration, model: $0.model, options: $0.options) }
         f.instruments = classifier.flatMap {
             InstrumentActivity.supports($0.model) ? try? InstrumentActivity(windows: windows, duration: $0.duration, model: $0.model) : nil
+        }
+        if let transcriber, let model = request.speech {
+            spoken += try transcriber.finish()
+            f.speech = SpeechAnalysis(model: model.name, duration: transcriber.duration, results: spoken)
         }
         f.key = keyDetector?.result()
         let rhythm = beatTracker?.result()

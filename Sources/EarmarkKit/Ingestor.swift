@@ -50,14 +50,18 @@ public struct Ingestor: Sendable {
     public var analyze: Bool
     /// With `analyze`, each file is also classified with this model (stored as kind `sound`).
     public var soundModel: SoundModel?
+    /// With `analyze` and `soundModel`, the speech of each file is also transcribed with this model (stored as kind
+    /// `speech` when the file has speech).
+    public var speechModel: SpeechModel?
 
     public init(catalogPath: String, workers: Int = ProcessInfo.processInfo.activeProcessorCount, busyTimeout: Double = 30,
-                analyze: Bool = false, soundModel: SoundModel? = nil) {
+                analyze: Bool = false, soundModel: SoundModel? = nil, speechModel: SpeechModel? = nil) {
         self.catalogPath = catalogPath
         self.workers = max(1, workers)
         self.busyTimeout = busyTimeout
         self.analyze = analyze
         self.soundModel = soundModel
+        self.speechModel = speechModel
     }
 
     /// Adds `files` (already expanded). `describe` supplies per-file fields; missing titles default to the file name.
@@ -97,10 +101,13 @@ public struct Ingestor: Sendable {
                 let path = files[index]
                 let analyze = self.analyze
                 let model = analyze ? soundModel : nil
+                var analyses = analyze ? Analyses.all(sound: model) : Analyses()
+                if analyze, model != nil { analyses.speech = speechModel }
+                let requested = analyses
                 group.addTask {
                     do {
                         let f = try Fingerprinter.fingerprint(path: path, configuration: configuration.forCatalog,
-                                                              analyses: analyze ? .all(sound: model) : Analyses())
+                                                              analyses: requested)
                         // Silence, near-silence and sub-second files would be tracks nothing can ever match.
                         try f.signature.validateForMatching(configuration: configuration)
                         let landmarks = Landmarks.extract(from: f.signature, role: .reference, configuration: configuration)
@@ -174,6 +181,9 @@ public struct Ingestor: Sendable {
             if let instruments = file.instruments {
                 analyses.append(TrackAnalysis(kind: InstrumentActivity.kind, version: InstrumentActivity.version,
                                               json: try encoder.encode(InstrumentSummary(instruments))))
+            }
+            if let speech = file.speech, speech.hasSpeech {
+                analyses.append(TrackAnalysis(kind: SpeechAnalysis.kind, version: SpeechAnalysis.version, json: try encoder.encode(speech)))
             }
             switch try catalog.add(new, landmarks: landmarks, peaks: file.signature.peaks, analyses: analyses) {
             case .added(let t):

@@ -98,3 +98,68 @@ public final class SoundTap: AudioSource {
         return buffer
     }
 }
+
+/// `{"event": "transcript", …}`: what is being said (with `--transcribe`). Volatile results (`final` false) may
+/// still change; a final one replaces every volatile one since the previous final one.
+public struct ListenTranscriptEvent: Encodable, Sendable, Equatable {
+    public var event = "transcript"
+    /// Seconds of input heard when the result was made.
+    public var time: Double
+    /// Whether the text is settled.
+    public var final: Bool
+    /// Where the text is said, in seconds of input (to the millisecond, as the words' times).
+    public var start: Double
+    public var end: Double
+    public var text: String
+    /// Whisper's code of the language.
+    public var language: String
+    /// The words with their times (empty unless word times were asked for).
+    public var words: [SpeechAnalysis.Word]
+
+    /// The event for one result of a ``SpeechAnalyzer``.
+    public init(_ result: SpeechResult) {
+        // Times to the millisecond (Whisper's own steps are 20 ms; the stream offsets only add float noise).
+        func ms(_ t: Double) -> Double { (t * 1000).rounded() / 1000 }
+        time = result.time
+        final = result.isFinal
+        start = ms(result.start)
+        end = ms(result.end)
+        text = result.text
+        language = result.language
+        words = result.words.map { SpeechAnalysis.Word(start: ms($0.start), end: ms($0.end), word: $0.text.trimmingCharacters(in: .whitespaces)) }
+    }
+}
+
+/// Passes a source's buffers on while a ``SpeechAnalysisSession`` transcribes them on its own thread (the reading
+/// thread never waits for the recogniser); the session's results arrive in ``results``.
+public final class TranscriptTap: AudioSource {
+    private let source: any AudioSource
+    private let session: SpeechAnalysisSession
+    /// The transcript results in stream order; ends once the source has ended (or ``finish()`` was called) and all is transcribed.
+    public var results: AsyncThrowingStream<SpeechResult, any Error> { session.results }
+
+    /// - Parameter live: a microphone or a real-time stream (see ``SpeechAnalysisSession/live``); false for a file read
+    ///   as fast as it decodes.
+    public init(_ source: any AudioSource, analyzer: sending SpeechAnalyzer, live: Bool = true) {
+        self.source = source
+        session = SpeechAnalysisSession(analyzer: analyzer, live: live)
+    }
+
+    /// Feeds a session made elsewhere.
+    public init(_ source: any AudioSource, session: SpeechAnalysisSession) {
+        self.source = source
+        self.session = session
+    }
+
+    /// The session itself (to finish it from another thread when reading stops early).
+    public var analysis: SpeechAnalysisSession { session }
+
+    public func next() throws -> PCMBuffer? {
+        guard let buffer = try source.next() else {
+            session.finish()
+            return nil
+        }
+        session.append(buffer)
+        return buffer
+    }
+}

@@ -23,6 +23,8 @@ struct API: Sendable {
     let matchTimeout: Duration
     /// Set when a graceful shutdown begins: `/readyz` answers 503 from then on.
     let draining = LockedValue(false)
+    /// The speech model for `POST /v1/transcribe` (`--speech-model`); nil: the default one.
+    var speechModelPath: String? = nil
 
     /// Every route: method and path, path parameters in braces as OpenAPI writes them.
     static let routes: [(method: HTTPRequest.Method, path: String)] = [
@@ -33,7 +35,7 @@ struct API: Sendable {
         (.get, "/v1/tracks/{id}"),
         (.get, "/v1/tracks/{id}/timeline.svg"),
         (.get, "/v1/catalog"),
-    ] + API.writeRoutes
+    ] + API.writeRoutes + API.speechRoutes
 
     /// The methods served at `path` (empty when no route has that path), for a 405's `Allow`.
     static func methods(at path: String) -> [HTTPRequest.Method] {
@@ -85,6 +87,7 @@ struct API: Sendable {
             return try JSONBody.response(try await reading { try $0.stats() })
         default:
             if let response = try await respondWrites(method: method, path: path, request: request, context: context) { return response }
+            if let response = try await respondSpeech(method: method, path: path, request: request, context: context) { return response }
             throw APIError(.notFound, "not_found", "no such endpoint; see docs/openapi.yaml")
         }
     }

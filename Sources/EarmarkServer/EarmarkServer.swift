@@ -43,7 +43,8 @@ public final class EarmarkServer: Sendable {
                   reads: Gate(capacity: configuration.maxConcurrentReads),
                   adds: Gate(capacity: configuration.maxConcurrentMatches),
                   access: access, streams: listen.streams,
-                  writer: writer, metrics: ServerMetrics(), matchTimeout: configuration.matchTimeout)
+                  writer: writer, metrics: ServerMetrics(), matchTimeout: configuration.matchTimeout,
+                  speechModelPath: configuration.speechModelPath)
         routes = API.allRoutes.map { "\($0.method) \($0.path)" }
     }
 

@@ -26,12 +26,15 @@ final class ListenEndpoint: Sendable {
     /// With `--read-token-file`, a stream needs the read (or write) token, as a bearer header or `access_token`.
     let access: AccessControl
     let lockTimeout: Double
+    /// The speech model for streams with `transcribe` (nil: the default one).
+    let speechModelPath: String?
 
     init(workers: CatalogWorkers, configuration: ServerConfiguration, access: AccessControl) {
         self.workers = workers
         self.access = access
         streams = ListenStreams(capacity: configuration.maxConcurrentStreams)
         lockTimeout = configuration.lockTimeout
+        speechModelPath = configuration.speechModelPath
     }
 
     /// Whether a request for a stream carries a token that `access` accepts for reads: `Authorization: Bearer`,
@@ -73,6 +76,7 @@ final class ListenEndpoint: Sendable {
         let start: ListenStart
         let session: StreamingSession
         let model: SoundModel?
+        var analyzer: SpeechAnalyzer?
         do {
             guard let first = try await messages.next(timeout: Self.startTimeout) else { return }   // closed at once
             guard case .text(let text) = first else {
@@ -81,6 +85,7 @@ final class ListenEndpoint: Sendable {
             }
             start = try ListenStart.parse(text)
             model = start.classify ? try await Self.starting { try await self.workers.loadSoundModel() } : nil
+            if start.transcribe { analyzer = try await speechAnalyzer(start) }
             let lockTimeout = self.lockTimeout
             session = try await Self.starting {
                 try await self.workers.run { _ in
@@ -94,7 +99,27 @@ final class ListenEndpoint: Sendable {
         } catch {
             return   // the connection broke, or the stream was cancelled
         }
-        await run(session: session, start: start, model: model, messages: messages, control: control, outbound: outbound)
+        var speech: SpeechAnalysisSession?
+        if let analyzer = analyzer.take() { speech = SpeechAnalysisSession(analyzer: analyzer) }
+        await run(session: session, start: start, model: model, speech: speech, messages: messages, control: control, outbound: outbound)
+    }
+
+    /// The transcriber of a stream with `transcribe` (its models loaded on first use).
+    private func speechAnalyzer(_ start: ListenStart) async throws(ListenError) -> sending SpeechAnalyzer {
+        let speechModelPath = speechModelPath
+        let (speechModel, soundModel) = try await Self.starting {
+            (try await SpeechModels.shared.model(path: speechModelPath), try await self.workers.loadSoundModel())
+        }
+        if let code = start.language, speechModel.language(code: code) == nil {
+            throw ListenError(code: "invalid_start", message: "language \"\(code)\": the model does not know it (codes such as en, fr, es, de; or auto)",
+                              close: .policyViolation)
+        }
+        do {
+            return try SpeechAnalyzer(recognizer: WhisperRecognizer(model: speechModel), detector: SpeechDetector(soundModel: soundModel),
+                                      options: SpeechStreamOptions(transcription: TranscriptionOptions(language: start.language, wordTimestamps: true)))
+        } catch {
+            throw ListenError.from(error)
+        }
     }
 
     /// Any failure to start a session as a ``ListenError``.
@@ -108,8 +133,8 @@ final class ListenEndpoint: Sendable {
     }
 
     /// Feeds the socket's audio to the session and its events to the socket until the session ends.
-    private func run(session: StreamingSession, start: ListenStart, model: SoundModel?, messages: MessageReader,
-                     control: ListenControl, outbound: WebSocketOutboundWriter) async {
+    private func run(session: StreamingSession, start: ListenStart, model: SoundModel?, speech: SpeechAnalysisSession?,
+                     messages: MessageReader, control: ListenControl, outbound: WebSocketOutboundWriter) async {
         let (lines, out) = AsyncStream<String>.makeStream()
         let bytes = control.bytes
         var source: any AudioSource
@@ -120,14 +145,26 @@ final class ListenEndpoint: Sendable {
                     out.yield(Self.line(ListenSoundEvent(window, time: time)))
                 }
             }
+            if let speech { source = TranscriptTap(source, session: speech) }
         } catch {
             // Cannot happen (the start message was checked); end the session cleanly all the same.
             session.finish()
+            speech?.finish()
             for await _ in session.events {}
             await Self.refuse(ListenError(code: "internal_error", message: "\(error)", close: .unexpectedServerError), outbound)
             return
         }
         session.feed(from: source)
+        // Transcript events go out as they come; the end event waits for the last of them.
+        let transcripts = speech.map { speech in
+            Task {
+                do {
+                    for try await result in speech.results { out.yield(Self.line(ListenTranscriptEvent(result))) }
+                } catch {
+                    out.yield(Self.line(ListenTranscriptFailure(time: 0, message: "transcription failed: \(error)")))
+                }
+            }
+        }
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await Self.readAudio(messages, start: start, control: control, errors: out) }
             group.addTask {
@@ -137,6 +174,8 @@ final class ListenEndpoint: Sendable {
                     summary.record(event)
                     if case .error = event { failed = true }
                     if case .ended = event {
+                        speech?.finish()
+                        await transcripts?.value
                         out.yield(Self.line(summary.end(reason: failed ? "error" : control.reason)))
                     } else {
                         out.yield(Self.line(event))

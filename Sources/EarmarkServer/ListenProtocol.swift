@@ -6,12 +6,16 @@ import NIOWebSocket
 ///
 /// `{"format": "f32le", "sampleRate": 16000, "channels": 1, "classify": true}`: `format` is `f32le` (32-bit
 /// float) or `s16le` (16-bit integer), both little-endian and interleaved; `sampleRate` in Hz (8000–192000);
-/// `channels` 1–8; `classify` (default false) adds `sound` events. Any other field is an error.
+/// `channels` 1–8; `classify` (default false) adds `sound` events; `transcribe` (default false) adds `transcript`
+/// events, in `language` (a code such as "en", or "auto", the default). Any other field is an error.
 struct ListenStart: Sendable, Equatable {
     var format: PCMStreamReader.SampleFormat
     var sampleRate: Double
     var channels: Int
     var classify = false
+    var transcribe = false
+    /// With `transcribe`: Whisper's language code, or nil to detect it.
+    var language: String?
 
     /// Bytes per frame (one sample of every channel).
     var frameBytes: Int { (format == .s16le ? 2 : 4) * channels }
@@ -40,7 +44,13 @@ struct ListenStart: Sendable, Equatable {
         guard let channels = fields.channels, (1...8).contains(channels) else {
             throw invalid("channels must be an integer from 1 to 8")
         }
-        return ListenStart(format: format, sampleRate: rate, channels: channels, classify: fields.classify ?? false)
+        let language = fields.language?.lowercased()
+        if let language, language.isEmpty || language.count > 16 || !language.allSatisfy({ $0.isLetter || $0 == "-" }) {
+            throw invalid("language must be a code such as \"en\", or \"auto\"")
+        }
+        if language != nil && fields.transcribe != true { throw invalid("language needs \"transcribe\": true") }
+        return ListenStart(format: format, sampleRate: rate, channels: channels, classify: fields.classify ?? false,
+                           transcribe: fields.transcribe ?? false, language: language == "auto" ? nil : language)
     }
 
     /// The start message's fields, each of its JSON type; any other field is refused.
@@ -49,6 +59,8 @@ struct ListenStart: Sendable, Equatable {
         var sampleRate: Double?
         var channels: Int?
         var classify: Bool?
+        var transcribe: Bool?
+        var language: String?
 
         private struct Key: CodingKey {
             var stringValue: String
@@ -59,9 +71,9 @@ struct ListenStart: Sendable, Equatable {
 
         init(from decoder: any Decoder) throws {
             let c = try decoder.container(keyedBy: Key.self)
-            let known = ["format", "sampleRate", "channels", "classify"]
+            let known = ["format", "sampleRate", "channels", "classify", "transcribe", "language"]
             if let unknown = c.allKeys.map(\.stringValue).sorted().first(where: { !known.contains($0) }) {
-                throw FieldError(message: "\(unknown.prefix(40)): no such field (the fields are format, sampleRate, channels and classify)")
+                throw FieldError(message: "\(unknown.prefix(40)): no such field (the fields are format, sampleRate, channels, classify, transcribe and language)")
             }
             func field<T: Decodable>(_ name: String, _ type: T.Type, _ what: String) throws -> T? {
                 do { return try c.decodeIfPresent(type, forKey: Key(stringValue: name)) } catch {
@@ -72,6 +84,8 @@ struct ListenStart: Sendable, Equatable {
             sampleRate = try field("sampleRate", Double.self, "a number of Hz from 8000 to 192000")
             channels = try field("channels", Int.self, "an integer from 1 to 8")
             classify = try field("classify", Bool.self, "true or false")
+            transcribe = try field("transcribe", Bool.self, "true or false")
+            language = try field("language", String.self, "a code such as \"en\", or \"auto\"")
         }
     }
 

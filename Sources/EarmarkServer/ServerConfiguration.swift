@@ -24,6 +24,8 @@ public struct ServerConfiguration: Sendable {
     public var lockTimeout: Double = 30
     /// The sound model for `classify=true`; nil: the default one (see `earmark classify --help`).
     public var soundModelPath: String?
+    /// The speech model for `POST /v1/transcribe` and `transcribe` streams; nil: the default one (see `earmark transcribe --help`).
+    public var speechModelPath: String?
     /// Folder in which a private folder for uploaded clips is made. Default: the system's temporary folder.
     public var temporaryDirectory = FileManager.default.temporaryDirectory.path
     /// The bearer token that writes (`POST`, `PATCH`, `DELETE /v1/tracks`) need in `Authorization: Bearer …`;

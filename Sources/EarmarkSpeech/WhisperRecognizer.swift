@@ -444,3 +444,17 @@ public final class WhisperRecognizer {
         Float(exp(Double(logits[id]) - logSumExp(logits, count: count)))
     }
 }
+
+extension WhisperRecognizer {
+    /// Transcribes one stretch of a longer stream, as ``transcribe(samples:options:speech:progress:)`` reads each
+    /// speech range of a recording: `samples` (at ``sampleRate``) start `offset` seconds into the stream, times
+    /// come out in the stream's seconds, and `previousSpeechEnd` (the end of the last word before the stretch)
+    /// steers word timing as the words before it would in a whole recording. When `language` is nil it is
+    /// detected on the stretch's first window and set.
+    public func transcribe(stretch samples: [Float], offset: Double, previousSpeechEnd: Double, language: inout String?,
+                           options: TranscriptionOptions = TranscriptionOptions()) -> [TranscriptSegment] {
+        lastSpeechTime = previousSpeechEnd
+        var probability = 1.0
+        return transcribePiece(samples, offset: offset, language: &language, languageProbability: &probability, options: options) { _ in }
+    }
+}

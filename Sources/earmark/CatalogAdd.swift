@@ -34,7 +34,10 @@ struct CatalogAddCommand: AsyncParsableCommand {
         second) and its sound classification (leading labels and their share of the time, speech \
         ranges, a timeline of leading labels; needs the model of tools/fetch-model.sh, else it is \
         skipped with a warning) are computed in the same decoding pass and stored with the track \
-        (`catalog info` shows them). It is off by default because it makes indexing far slower.
+        (`catalog info` shows them). A file with speech also gets its transcript (kind `speech`: \
+        language, segments and their words with times; Whisper base of tools/fetch-speech-model.sh reads \
+        only where the classifier hears speech; skipped with a warning when that model is missing). It is \
+        off by default because it makes indexing far slower.
 
         With --json the result is one object: {"results": [{"path", "status" (added, duplicate, \
         moved, unchanged, failed), "track", "error"}], "added", "duplicate", "moved", "unchanged", "failed"}.
@@ -67,6 +70,10 @@ struct CatalogAddCommand: AsyncParsableCommand {
 
     @Option(help: ArgumentHelp("Sound model for --analyze (default: see `earmark classify --help`).", valueName: "path"))
     var model: String?
+
+    @Option(name: .customLong("speech-model"), help: ArgumentHelp(
+        "Speech model for --analyze's transcript (default: see `earmark transcribe --help`).", valueName: "path"))
+    var speechModelPath: String?
 
     @Option(name: [.customShort("j"), .long], parsing: .unconditional, help: ArgumentHelp(
         "Files decoded in parallel. Default: the number of processor cores.", valueName: "n"))
@@ -144,11 +151,19 @@ struct CatalogAddCommand: AsyncParsableCommand {
             let frozen = descriptions
 
             var soundModel: SoundModel?
+            var speechModel: SpeechModel?
             if analyze {
                 do {
                     soundModel = try SoundModel.load(path: model)
                 } catch let e as SoundModelError where e.code == .notFound && model == nil {
                     warn("sound classification skipped: \(e.message)")
+                }
+                if soundModel != nil {
+                    do {
+                        speechModel = try SpeechModel.load(path: speechModelPath)
+                    } catch let e as SpeechModelError where e.code == .notFound && speechModelPath == nil {
+                        warn("transcription skipped: \(e.message)")
+                    }
                 }
             }
             if let landmarks {
@@ -164,7 +179,8 @@ struct CatalogAddCommand: AsyncParsableCommand {
             }
             let ingestor = Ingestor(catalogPath: options.catalogPath,
                                     workers: jobs ?? ProcessInfo.processInfo.activeProcessorCount,
-                                    busyTimeout: options.lockTimeout, analyze: analyze, soundModel: soundModel)
+                                    busyTimeout: options.lockTimeout, analyze: analyze, soundModel: soundModel,
+                                    speechModel: speechModel)
             let bar = ProgressBar(enabled: !options.json && stderrIsTerminal)
             let human = !options.json
             // Human output: each file's line as soon as it is stored, paths that could not be read first.

@@ -9,13 +9,15 @@ struct CatalogInfoCommand: AsyncParsableCommand {
         discussion: """
         Prints the track's fields (id, title, artist, album, duration, landmarks, source file, audio hash, \
         when it was added, metadata), then one line for each analysis stored by `catalog add --analyze`: \
-        loudness, sound, key, rhythm, structure, pace and instruments. The audio hash is a digest of the \
+        loudness, sound, key, rhythm, structure, pace and instruments, and the transcript (speech: language, \
+        segment and word counts, then each segment with its time range). The audio hash is a digest of the \
         decoded audio, or `sig-` and 32 hex digits for a track added from a .earsig signature file.
 
         With --json: the track object (id, title, artist, album, metadata, duration, sourcePath, contentHash, \
         landmarkCount, addedAt; absent fields left out) with "analysis": {kind: result} holding every stored \
         analysis in its stored shape: loudness {integrated, range, truePeak, samplePeak, maximumMomentary, \
-        maximumShortTerm, shortTermPerSecond, duration}, sound, key, rhythm, structure, pace and instruments \
+        maximumShortTerm, shortTermPerSecond, duration}, sound, key, rhythm, structure, pace, instruments and \
+        speech {model, language, duration, text, segments: [{start, end, text, words: [{start, end, word}]}]} \
         (docs/catalog.md lists them); {} when none was stored.
 
         --svg out.svg also draws the stored analysis as a timeline (loudness, beats and bars, sections, key \
@@ -86,6 +88,13 @@ struct CatalogInfoCommand: AsyncParsableCommand {
                 for a in analyses where a.kind == InstrumentActivity.kind {
                     guard let s = try? JSONDecoder().decode(InstrumentSummary.self, from: a.json) else { continue }
                     print(pad("instruments:", 11) + " " + s.summaryText)
+                }
+                for a in analyses where a.kind == SpeechAnalysis.kind {
+                    guard let sp = try? JSONDecoder().decode(SpeechAnalysis.self, from: a.json) else { continue }
+                    print(pad("speech:", 11) + " " + sp.summaryText)
+                    for seg in sp.segments {
+                        print("  " + formatDuration(seg.start) + "–" + formatDuration(seg.end) + "  " + seg.text)
+                    }
                 }
                 if let svg { print(pad("timeline:", 11) + " " + svg) }
             }

@@ -45,6 +45,12 @@ struct ListenCommand: AsyncParsableCommand {
           sound          with --classify, every classification window (0.96 s,
                          half overlapping): start, duration, labels [{label,
                          identifier, confidence}] (top 3)
+          transcript     with --transcribe, what is said: final (false while
+                         the text may still change, re-read every 2.5 s of
+                         speech; true once a pause settles it, or after 25 s),
+                         start, end (seconds of input), text, language, words
+                         [{start, end, word}]; a final one replaces the
+                         volatile ones before it. "time" is when it was made
           end            last: matches (count), dropped (seconds), reason
                          (input ended, duration, interrupted, matched, error)
 
@@ -93,6 +99,16 @@ struct ListenCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Sound model for --classify (default: see `earmark classify --help`).", valueName: "path"))
     var model: String?
 
+    @Flag(help: "Also transcribe what is said (Whisper base of tools/fetch-speech-model.sh, only where there is speech).")
+    var transcribe = false
+
+    @Option(help: ArgumentHelp("With --transcribe: language code (en, fr, es, …) or auto to detect it.", valueName: "code"))
+    var language: String = "auto"
+
+    @Option(name: .customLong("speech-model"), help: ArgumentHelp(
+        "Speech model for --transcribe (default: see `earmark transcribe --help`).", valueName: "path"))
+    var speechModelPath: String?
+
     @Option(help: ArgumentHelp("Also save the audio heard to this WAV file (32-bit float, as captured).",
                                valueName: "file"))
     var record: String?
@@ -113,6 +129,10 @@ struct ListenCommand: AsyncParsableCommand {
         }
         guard rate.isFinite, (1000...384_000).contains(rate) else { throw ValidationError("--rate must be between 1000 and 384000 Hz.") }
         guard (1...32).contains(channels) else { throw ValidationError("--channels must be between 1 and 32.") }
+        if language.isEmpty { throw ValidationError("--language needs a code such as en, or auto.") }
+        if !transcribe && (language != "auto" || speechModelPath != nil) {
+            throw ValidationError("--language and --speech-model need --transcribe.")
+        }
     }
 
     mutating func run() async throws {
@@ -146,6 +166,22 @@ struct ListenCommand: AsyncParsableCommand {
         var input: any AudioSource = record.map { RecordingSource(source, recordingTo: $0) } ?? source
         if loudness { input = LoudnessTap(input) { display.showLoudness(time: $0, momentary: $1, shortTerm: $2) } }
         if classify { input = try SoundTap(input, model: try loadSoundModel(model)) { display.showSound($0, time: $1) } }
+        var speechSession: SpeechAnalysisSession?
+        if transcribe {
+            let analyzer: SpeechAnalyzer
+            do {
+                let code = language == "auto" ? nil : language.lowercased()
+                analyzer = try SpeechAnalyzer(recognizer: WhisperRecognizer(model: try SpeechModel.load(path: speechModelPath)),
+                                              detector: SpeechDetector(soundModel: try SoundModel.load(path: model)),
+                                              options: SpeechStreamOptions(transcription: TranscriptionOptions(language: code, wordTimestamps: true)))
+            } catch {
+                writeStderr("earmark: error: \(describe(error))\n")
+                throw ExitCode(2)
+            }
+            let tap = TranscriptTap(input, analyzer: analyzer, live: streaming.dropsWhenBehind)
+            speechSession = tap.analysis
+            input = tap
+        }
         let session = try await reportingErrors {
             try StreamingSession(catalogPath: options.catalogPath, options: streaming,
                                  clock: realTime ? MonotonicClock() : nil, busyTimeout: options.lockTimeout)
@@ -164,6 +200,15 @@ struct ListenCommand: AsyncParsableCommand {
         session.feed(from: input, maximumDuration: duration, shouldStop: { stop.isSet })
 
         let ticker = Task { while !Task.isCancelled { display.tick(); try? await Task.sleep(for: .milliseconds(250)) } }
+        let transcripts = speechSession.map { speech in
+            Task {
+                do {
+                    for try await result in speech.results { display.showTranscript(result) }
+                } catch {
+                    display.showError("transcription failed: \(error)")
+                }
+            }
+        }
         var failed = false
         var matched = false
         for await event in session.events {
@@ -177,6 +222,9 @@ struct ListenCommand: AsyncParsableCommand {
                 if once { stop.set() }
             }
         }
+        // Reading has stopped (end of input, --duration, --once, Ctrl-C): the last speech is made final.
+        speechSession?.finish()
+        await transcripts?.value
         ticker.cancel()
         let reason = matched && once ? "matched" : interrupted.isSet ? "interrupted"
             : failed ? "error" : (duration.map { display.heard >= $0 - 0.05 } ?? false) ? "duration" : "input ended"
@@ -236,6 +284,8 @@ final class ListenDisplay: @unchecked Sendable {
     var heard: Double { lock.lock(); defer { lock.unlock() }; return summary.heard }
     private var level: Double?
     private var hearing: String?
+    /// The latest volatile transcript, for the status line.
+    private var saying: String?
 
     init(json: Bool, live: Bool) {
         self.json = json
@@ -298,6 +348,36 @@ final class ListenDisplay: @unchecked Sendable {
         emitLine(ListenSoundEvent(window, time: time))
     }
 
+    /// Reports a transcript result: an NDJSON `transcript` event; in text, a line for each final result with text
+    /// (volatile text goes to the status line).
+    func showTranscript(_ result: SpeechResult) {
+        lock.lock()
+        defer { lock.unlock() }
+        if json {
+            emitLine(ListenTranscriptEvent(result))
+            return
+        }
+        guard result.isFinal else {
+            saying = result.text.isEmpty ? nil : result.text
+            drawStatus()
+            return
+        }
+        saying = nil
+        guard !result.text.isEmpty else { return }
+        clearStatus()
+        print(formatDuration(result.start) + "  says: \u{201C}" + result.text + "\u{201D}")
+        fflush(nil)
+        drawStatus()
+    }
+
+    /// A failure beside the session's own: on standard error.
+    func showError(_ message: String) {
+        lock.lock()
+        defer { lock.unlock() }
+        clearStatus()
+        writeStderr("earmark: error: \(message)\n")
+    }
+
     /// Redraws the status line (on a terminal), moving the predicted position with the clock.
     func tick() {
         lock.lock()
@@ -336,6 +416,7 @@ final class ListenDisplay: @unchecked Sendable {
         }
         if let level { text += String(format: "  [%.0f LUFS]", level) }
         if let hearing { text += "  [\(hearing)]" }
+        if let saying { text += "  \u{201C}\(saying)\u{201D}" }
         text = truncate(text, max(10, ProgressBar.terminalWidth() - 1))
         writeStderr("\r" + text + "\u{1B}[K")
         statusVisible = true

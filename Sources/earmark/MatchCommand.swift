@@ -25,6 +25,9 @@ struct MatchCommand: AsyncParsableCommand {
         with a progress bar, and every stretch in which a track was heard is printed in order of \
         time, each with its range in the clip and in the track.
 
+        --transcribe adds a line `says: "…"` with what the clip says (Whisper base reads only the \
+        stretches the sound classifier hears as speech; music and silence say nothing).
+
         A clip that cannot be read prints `path: error` on standard error and the remaining clips \
         are still matched.
 
@@ -36,7 +39,10 @@ struct MatchCommand: AsyncParsableCommand {
         queryDuration, queryLandmarks, candidateHits, loudness (the clip's EBU R 128 loudness, as \
         `earmark analyze` prints it; null for .earsig files), sound (with --classify: the clip's sound \
         classification, as `catalog info --json` shows a track's: model, dominant labels with their \
-        share, categoryShares, speech ranges, timeline; else null), error}; for several clips, a JSON array of \
+        share, categoryShares, speech ranges, timeline; else null), transcript (only with --transcribe: \
+        what the clip says, as `catalog info --json` shows a track's speech: {model, language, duration, \
+        text, segments: [{start, end, text, words: [{start, end, word}]}]}; empty text and segments \
+        when nothing is said), error}; for several clips, a JSON array of \
         those objects in argument order (a clip that failed has empty matches, null numbers and \
         its message in error; error is null otherwise).
 
@@ -59,8 +65,15 @@ struct MatchCommand: AsyncParsableCommand {
     @Flag(help: "Also classify each clip's sounds (speech, music, … ; the model of tools/fetch-model.sh).")
     var classify = false
 
-    @Option(help: ArgumentHelp("Sound model for --classify (default: see `earmark classify --help`).", valueName: "path"))
+    @Option(help: ArgumentHelp("Sound model for --classify and --transcribe (default: see `earmark classify --help`).", valueName: "path"))
     var model: String?
+
+    @Flag(help: "Also transcribe what each clip says (Whisper base of tools/fetch-speech-model.sh, only where there is speech).")
+    var transcribe = false
+
+    @Option(name: .customLong("speech-model"), help: ArgumentHelp(
+        "Speech model for --transcribe (default: see `earmark transcribe --help`).", valueName: "path"))
+    var speechModelPath: String?
 
     func validate() throws {
         guard maxMatches >= 1 else { throw ValidationError("--max-matches must be at least 1.") }
@@ -70,7 +83,18 @@ struct MatchCommand: AsyncParsableCommand {
         let options = options
         let clips = clips
         let maxMatches = maxMatches
-        let soundModel = classify ? try loadSoundModel(model) : nil
+        let classify = classify
+        let soundModel = classify || transcribe ? try loadSoundModel(model) : nil
+        var speechModel: SpeechModel?
+        if transcribe {
+            do {
+                speechModel = try SpeechModel.load(path: speechModelPath)
+            } catch {
+                writeStderr("earmark: error: \(describe(error))\n")
+                throw ExitCode(2)
+            }
+        }
+        let speech = speechModel
         try await reportingErrors {
             let recognizer = try Recognizer(catalogPath: options.catalogPath, busyTimeout: options.lockTimeout)
             recognizer.matcher.options.maximumMatches = maxMatches
@@ -81,9 +105,12 @@ struct MatchCommand: AsyncParsableCommand {
                 let report: ClipReport
                 do {
                     let bar = ProgressBar(enabled: stderrIsTerminal)
-                    report = try recognizer.report(path: clip, sound: soundModel) { done, total in
+                    var r = try recognizer.report(path: clip, sound: soundModel, speech: speech) { done, total in
                         bar.update(done: Int(done), total: Int(total.rounded(.up)), audioSeconds: done, current: clip)
                     }
+                    // The classification that only found the speech is not reported unless asked for.
+                    if !classify { r.sound = nil }
+                    report = r
                     bar.finish()
                     if report.matches.isEmpty { unmatched += 1 }
                 } catch let error as CatalogError {
@@ -115,14 +142,18 @@ extension ClipReport {
         if let l = loudness?.integrated { notes.append(String(format: "clip %.1f LUFS", l)) }
         if let s = sound { notes.append(s.summaryText) }
         let level = notes.isEmpty ? "" : " (" + notes.joined(separator: "; ") + ")"
-        guard let first = matches.first else { return "\(path): no match" + level }
+        let says = transcript.map { t in
+            "\n    says: " + (t.hasSpeech ? "\u{201C}\(t.text)\u{201D} (\(t.language), " + String(format: "%.1f–%.1f s", t.segments[0].start, t.segments.last!.end) + ")"
+                                      : "nothing (no speech)")
+        } ?? ""
+        guard let first = matches.first else { return "\(path): no match" + level + says }
         var context: [String] = []
         if let k = contexts.first?.key { context.append("key \(k.tonic) \(k.mode.rawValue)") }
         if let bpm = contexts.first?.bpm { context.append(String(format: "%.0f BPM", bpm)) }
         let key = context.isEmpty ? "" : " [" + context.joined(separator: ", ") + "]"
         var lines = ["\(path): \(ClipReport.describe(first))" + key + level]
         for m in matches.dropFirst() { lines.append("    also: \(ClipReport.describe(m))") }
-        return lines.joined(separator: "\n")
+        return lines.joined(separator: "\n") + says
     }
 
     /// What was heard where, and the evidence that decided it. Matches are ranked by their evidence (decades

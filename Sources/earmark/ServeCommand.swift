@@ -87,6 +87,10 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Sound model for classify=true and analyze=true (default: see `earmark classify --help`).", valueName: "path"))
     var model: String?
 
+    @Option(name: .customLong("speech-model"), help: ArgumentHelp(
+        "Speech model for POST /v1/transcribe and transcribe streams (default: see `earmark transcribe --help`).", valueName: "path"))
+    var speechModelPath: String?
+
     @Option(name: .customLong("token-file"), help: ArgumentHelp(
         "File holding the bearer token that writes need (surrounding white space ignored); without it, writes get 403.",
         valueName: "file"))
@@ -140,6 +144,7 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.maxConcurrentStreams = maxStreams
         configuration.lockTimeout = options.lockTimeout
         configuration.soundModelPath = model
+        configuration.speechModelPath = speechModelPath
         configuration.uploadTimeout = .milliseconds(Int64((uploadTimeout * 1000).rounded()))
         configuration.matchTimeout = .milliseconds(Int64((matchTimeout * 1000).rounded()))
         let json = options.json

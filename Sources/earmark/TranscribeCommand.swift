@@ -129,64 +129,8 @@ final class FractionProgress {
     func finish() { writeStderr("\r\u{1B}[K") }
 }
 
-struct TranscriptReport: Encodable {
-    struct Word: Encodable {
-        var start: Double
-        var end: Double
-        var word: String
-    }
-    struct Segment: Encodable {
-        var start: Double
-        var end: Double
-        var text: String
-        var words: [Word]?
-    }
-    var path: String
-    var model: String
-    var language: String?
-    var languageProbability: Double?
-    var duration: Double?
-    var text: String?
-    var segments: [Segment] = []
-    var speech: [TimeRange]?
-    var error: String?
-
-    init(path: String, model: String, result: Transcription, words: Bool = false) {
-        self.path = path
-        self.model = model
-        // Nothing read (no speech) and no language given: no language to report.
-        let known = !(result.speech?.isEmpty ?? false) || result.languageProbability > 0
-        language = known ? result.language : nil
-        languageProbability = known ? result.languageProbability : nil
-        duration = result.duration
-        text = result.text
-        segments = result.segments.map { s in
-            Segment(start: s.start, end: s.end, text: s.text.trimmingCharacters(in: .whitespaces),
-                    words: words ? s.words.map { Word(start: $0.start, end: $0.end, word: $0.text.trimmingCharacters(in: .whitespaces)) } : nil)
-        }
-        speech = result.speech
-    }
-
-    init(path: String, model: String, error: String) {
-        self.path = path
-        self.model = model
-        self.error = error
-    }
-
-    enum CodingKeys: String, CodingKey { case path, model, language, languageProbability, duration, text, segments, speech, error }
-    func encode(to encoder: any Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(path, forKey: .path)
-        try c.encode(model, forKey: .model)
-        try c.encode(language, forKey: .language)
-        try c.encode(languageProbability, forKey: .languageProbability)
-        try c.encode(duration, forKey: .duration)
-        try c.encode(text, forKey: .text)
-        try c.encode(segments, forKey: .segments)
-        try c.encode(speech, forKey: .speech)
-        try c.encode(error, forKey: .error)
-    }
-
+/// What `transcribe` prints for people and as subtitles (the JSON object is EarmarkKit's ``TranscriptReport``).
+extension TranscriptReport {
     var humanText: String {
         guard error == nil else { return "\(path): \(error!)" }
         var head = "\(path): \(formatDuration(duration ?? 0))"

@@ -78,8 +78,9 @@ struct ClassifyCLITests {
         let audio = try TestAudio.set()
         let tmp = try TemporaryDirectory("classify-attached")
         let catalog = tmp.path("c.earcat")
+        // Where the speech model has been fetched, the 73 s of speech are also transcribed (minutes in a debug build).
         let add = try EarmarkCLI.run(["catalog", "add", "--catalog", catalog, "--analyze", try audio.reference("pingus-4").path,
-                                      audio.speech[0].path], environment: env)
+                                      audio.speech[0].path], environment: env, timeout: 1200)
         #expect(add.status == 0, "\(add)")
         let info = try EarmarkCLI.run(["catalog", "info", "--catalog", catalog, "--json", "2"], environment: env)
         let object = try JSONSerialization.jsonObject(with: info.stdout) as! [String: Any]
