@@ -36,8 +36,8 @@ struct CatalogAddCommand: AsyncParsableCommand {
         skipped with a warning) are computed in the same decoding pass and stored with the track \
         (`catalog info` shows them). A file with speech also gets its transcript (kind `speech`: \
         language, segments and their words with times; Whisper base of tools/fetch-speech-model.sh reads \
-        only where the classifier hears speech; skipped with a warning when that model is missing). It is \
-        off by default because it makes indexing far slower.
+        only where the classifier hears speech; skipped with a warning when that model is missing, and \
+        with --no-transcribe). It is off by default because it makes indexing far slower.
 
         With --json the result is one object: {"results": [{"path", "status" (added, duplicate, \
         moved, unchanged, failed), "track", "error"}], "added", "duplicate", "moved", "unchanged", "failed"}.
@@ -74,6 +74,9 @@ struct CatalogAddCommand: AsyncParsableCommand {
     @Option(name: .customLong("speech-model"), help: ArgumentHelp(
         "Speech model for --analyze's transcript (default: see `earmark transcribe --help`).", valueName: "path"))
     var speechModelPath: String?
+
+    @Flag(name: .customLong("no-transcribe"), help: "With --analyze, store no transcript (transcribing is the slowest part of it).")
+    var noTranscribe = false
 
     @Option(name: [.customShort("j"), .long], parsing: .unconditional, help: ArgumentHelp(
         "Files decoded in parallel. Default: the number of processor cores.", valueName: "n"))
@@ -158,7 +161,7 @@ struct CatalogAddCommand: AsyncParsableCommand {
                 } catch let e as SoundModelError where e.code == .notFound && model == nil {
                     warn("sound classification skipped: \(e.message)")
                 }
-                if soundModel != nil {
+                if soundModel != nil, !noTranscribe {
                     do {
                         speechModel = try SpeechModel.load(path: speechModelPath)
                     } catch let e as SpeechModelError where e.code == .notFound && speechModelPath == nil {
