@@ -2,7 +2,8 @@
 """Helper of tools/speech-eval.sh: builds the speech evaluation sets and scores transcripts.
 
   speech_eval.py build ROOT OUT COUNT   ROOT: the Debian packages unpacked (dpkg-deb -x); OUT: the sets
-  speech_eval.py score SET RESULTS      RESULTS: earmark-speech-bench --json output; prints one JSON line
+  speech_eval.py score SET RESULTS BEAM RESULTS: earmark-speech-bench --json output; prints a Markdown table row
+                                        and adds the figures to summary.jsonl beside RESULTS
 
 Sets (each a folder with files.txt, the audio files in order, and references.json, {file: text}):
   en-isolated  COUNT English prompts (16-kHz G.722 from asterisk-core-sounds-en-g722), sampled with a fixed seed
@@ -13,12 +14,14 @@ References are the transcripts the packages ship (core-sounds-LANG.txt). Prompts
 contains a bracketed description ([ascending tones]), '*' or '#' (read aloud as star/pound, étoile/dièse, …)
 are left out of the sample.
 
-WER normalisation, the same for reference and hypothesis: Unicode NFKC, lower case; apostrophes kept
+WER normalisation, the same for reference and hypothesis: Unicode NFKD with the combining marks dropped
+(the Spanish transcripts are written without accents: numero, telefono, grabacion), lower case; apostrophes kept
 inside words, digit groups joined (1,000 → 1000), every other character that is not a letter or digit
 becomes a space; spelled-out numbers
 (0–20, the tens, hundreds and thousand in each language; "and", "et", "y" between number words dropped)
 become digits, adjacent ones combined (twenty-one → 21, two hundred and five → 205, soixante-dix-sept → 77,
-quatre-vingt-dix → 90), so "press 1" and "press one" are the same words.
+quatre-vingt-dix → 90), so "press 1" and "press one" are the same words; English ordinals likewise
+(twelfth → 12th, twenty-first → 21st).
 WER = (substitutions + deletions + insertions) / reference words, summed over the set.
 """
 import json
@@ -43,25 +46,37 @@ NUMBERS = {
     | {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90,
        "hundred": 100, "thousand": 1000, "oh": None},
     "fr": {w: i for i, w in enumerate(
-        "zéro un deux trois quatre cinq six sept huit neuf dix onze douze treize quatorze quinze seize dix-sept "
+        "zero un deux trois quatre cinq six sept huit neuf dix onze douze treize quatorze quinze seize dix-sept "
         "dix-huit dix-neuf vingt".split())}
     | {"une": 1, "vingts": 20, "cents": 100, "trente": 30, "quarante": 40, "cinquante": 50, "soixante": 60, "cent": 100, "mille": 1000},
     "es": {w: i for i, w in enumerate(
-        "cero uno dos tres cuatro cinco seis siete ocho nueve diez once doce trece catorce quince dieciséis "
+        "cero uno dos tres cuatro cinco seis siete ocho nueve diez once doce trece catorce quince dieciseis "
         "diecisiete dieciocho diecinueve veinte".split())}
     | {"una": 1, "treinta": 30, "cuarenta": 40, "cincuenta": 50, "sesenta": 60, "setenta": 70, "ochenta": 80,
        "noventa": 90, "cien": 100, "ciento": 100, "mil": 1000}
-    | {w: 21 + i for i, w in enumerate("veintiuno veintidós veintitrés veinticuatro veinticinco veintiséis veintisiete "
+    | {w: 21 + i for i, w in enumerate("veintiuno veintidos veintitres veinticuatro veinticinco veintiseis veintisiete "
                                        "veintiocho veintinueve".split())}
     | {w: 200 + 100 * i for i, w in enumerate("doscientos trescientos cuatrocientos quinientos seiscientos setecientos "
                                                "ochocientos novecientos".split())},
 }
 NUMBERS["en"].pop("oh")
+ORDINALS = {"en": {w: i + 1 for i, w in enumerate(
+    "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth fourteenth "
+    "fifteenth sixteenth seventeenth eighteenth nineteenth twentieth".split())}
+    | {"thirtieth": 30, "fortieth": 40, "fiftieth": 50, "sixtieth": 60, "seventieth": 70, "eightieth": 80,
+       "ninetieth": 90, "hundredth": 100}, "fr": {}, "es": {}}
+
+
+def ordinal(n):
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
 JOINERS = {"en": {"and"}, "fr": {"et"}, "es": {"y"}}
 
 
 def words(text, lang):
-    text = unicodedata.normalize("NFKC", text).lower().replace("’", "'")
+    text = unicodedata.normalize("NFKD", text).lower().replace("’", "'")
+    text = "".join(c for c in text if not unicodedata.combining(c))  # accents dropped: -es writes numero, telefono
     text = re.sub(r"(?<=\d)[,.](?=\d{3}(?!\d))", "", text)  # 1,000 → 1000
     chars = []
     for i, c in enumerate(text):
@@ -74,9 +89,13 @@ def words(text, lang):
         else:
             chars.append(" ")
     tokens = "".join(chars).split()
-    table, joiners = NUMBERS[lang], JOINERS[lang]
+    table, joiners, ordinals = NUMBERS[lang], JOINERS[lang], ORDINALS[lang]
     out, i = [], 0
     while i < len(tokens):
+        if tokens[i] in ordinals:
+            out.append(ordinal(ordinals[tokens[i]]))
+            i += 1
+            continue
         if tokens[i] not in table:
             if tokens[i] != "|":
                 out.append(tokens[i])
@@ -88,6 +107,13 @@ def words(text, lang):
             if t in joiners and started and i + 1 < len(tokens) and tokens[i + 1] in table:
                 i += 1
                 continue
+            if t in ordinals and started and current % 10 == 0 and current % 100 >= 20 and ordinals[t] < 10:
+                current += ordinals[t]  # twenty-first → 21st
+                i += 1
+                out.append(ordinal(total + current))
+                total = current = 0
+                started = None
+                break
             if t not in table:
                 break
             v = table[t]
@@ -109,7 +135,8 @@ def words(text, lang):
             else:
                 out.append(str(total + current))
                 total, current = (v, 0) if v == 1000 else (0, v)
-        out.append(str(total + current))
+        if started is not None:
+            out.append(str(total + current))
     return out
 
 
@@ -184,7 +211,7 @@ def build(root, out, count):
         write_set(out, "en-long", lang, [(long_path, " ".join(text for _, text in items))])
 
 
-def score(set_dir, results):
+def score(set_dir, results, beam):
     meta = json.load(open(os.path.join(set_dir, "references.json")))
     lang, refs = meta["language"], meta["references"]
     errors = total = 0
@@ -202,16 +229,21 @@ def score(set_dir, results):
         errors += distance(ref, hyp)
         total += len(ref)
         seen += 1
-    print(json.dumps({"set": os.path.basename(set_dir.rstrip("/")), "files": seen, "words": total, "errors": errors,
-                      "wer": 100.0 * errors / max(1, total), "audio": audio, "seconds": seconds,
-                      "realtime": audio / seconds if seconds else 0}))
+    name = os.path.basename(set_dir.rstrip("/"))
+    summary = {"set": name, "beam": beam, "files": seen, "words": total, "errors": errors,
+               "wer": 100.0 * errors / max(1, total), "audio": audio, "seconds": seconds,
+               "realtime": audio / seconds if seconds else 0}
+    with open(os.path.join(os.path.dirname(results), "summary.jsonl"), "a") as f:
+        f.write(json.dumps(summary) + "\n")
+    prompts = f"1 file, {audio:.0f} s" if name == "en-long" else f"{seen}, {audio:.0f} s"
+    print(f"| {name} | {prompts} | {total} | {beam} | {summary['wer']:.1f} % | {summary['realtime']:.1f} |")
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "build":
         build(sys.argv[2], sys.argv[3], int(sys.argv[4]))
-    elif len(sys.argv) == 4 and sys.argv[1] == "score":
-        score(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 5 and sys.argv[1] == "score":
+        score(sys.argv[2], sys.argv[3], sys.argv[4])
     elif len(sys.argv) == 3 and sys.argv[1] == "words":
         print(" ".join(words(sys.stdin.read(), sys.argv[2])))
     else:
