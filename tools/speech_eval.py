@@ -12,7 +12,7 @@ Sets (each a folder with files.txt, the audio files in order, and references.jso
   fr, es       COUNT prompts each from asterisk-core-sounds-fr-g722 / -es-g722
 References are the transcripts the packages ship (core-sounds-LANG.txt). Prompts whose transcript
 contains a bracketed description ([ascending tones]), '*' or '#' (read aloud as star/pound, étoile/dièse, …)
-are left out of the sample.
+are left out of the sample, and so are the silence/ files (their "transcripts" say how long the silence is).
 
 WER normalisation, the same for reference and hypothesis: Unicode NFKD with the combining marks dropped
 (the Spanish transcripts are written without accents: numero, telefono, grabacion), lower case; apostrophes kept
@@ -158,7 +158,7 @@ def transcripts(root, lang):
             continue
         name, text = line.split(": ", 1)
         text = text.strip().strip('"').strip()
-        if text and not any(c in text for c in "[]*#"):
+        if text and not any(c in text for c in "[]*#") and not name.startswith("silence/"):
             out[name.strip()] = text
     return out
 
@@ -208,7 +208,8 @@ def build(root, out, count):
             for i, (path, _) in enumerate(items):
                 with wave.open(path, "rb") as r:
                     w.writeframes((gap if i else b"") + r.readframes(r.getnframes()))
-        write_set(out, "en-long", lang, [(long_path, " ".join(text for _, text in items))])
+        # Joined with a full stop so that numbers of neighbouring prompts stay apart ("fifty. seven").
+        write_set(out, "en-long", lang, [(long_path, " ".join(text.rstrip(".") + "." for _, text in items))])
 
 
 def score(set_dir, results, beam):
