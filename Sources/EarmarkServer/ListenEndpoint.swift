@@ -116,7 +116,7 @@ final class ListenEndpoint: Sendable {
         }
         do {
             return try SpeechAnalyzer(recognizer: WhisperRecognizer(model: speechModel), detector: SpeechDetector(soundModel: soundModel),
-                                      options: SpeechStreamOptions(transcription: TranscriptionOptions(language: start.language, wordTimestamps: true)))
+                                      options: SpeechStreamOptions(transcription: TranscriptionOptions(language: start.language, wordTimestamps: true, beamSize: 1)))
         } catch {
             throw ListenError.from(error)
         }

@@ -4,7 +4,9 @@ import Foundation
 
 /// How a stream is transcribed (``SpeechAnalyzer``).
 public struct SpeechStreamOptions: Sendable, Equatable {
-    /// Language, word times and the decoding guards, as for files.
+    /// Language, word times and the decoding guards, as for files, except that a stream decodes greedily by
+    /// default (`beamSize` 1): its unfinished speech is decoded again every few seconds, and beam search costs
+    /// 1.2–1.6 times as much for about the same words (docs/benchmarks.md).
     public var transcription: TranscriptionOptions
     /// Seconds of new audio inside speech after which the unfinished stretch is decoded again (a volatile result). Default 2.5.
     public var volatileInterval = 2.5
@@ -13,7 +15,7 @@ public struct SpeechStreamOptions: Sendable, Equatable {
     /// Whether volatile results are reported at all (false: only final ones, and no re-decoding). Default true.
     public var reportsVolatile = true
 
-    public init(transcription: TranscriptionOptions = TranscriptionOptions(), volatileInterval: Double = 2.5,
+    public init(transcription: TranscriptionOptions = TranscriptionOptions(beamSize: 1), volatileInterval: Double = 2.5,
                 maximumStretch: Double = 25, reportsVolatile: Bool = true) {
         self.transcription = transcription
         self.volatileInterval = volatileInterval

@@ -53,14 +53,19 @@ public final class WhisperNetwork {
     // Decoder state.
     private let crossKeys: UnsafeMutablePointer<Float>
     private let crossValues: UnsafeMutablePointer<Float>
-    private let selfKeys: UnsafeMutablePointer<Float>
-    private let selfValues: UnsafeMutablePointer<Float>
-    private let tx: UnsafeMutablePointer<Float>
-    private let th: UnsafeMutablePointer<Float>
-    private let tqkv: UnsafeMutablePointer<Float>
-    private let ta: UnsafeMutablePointer<Float>
-    private let tf: UnsafeMutablePointer<Float>
-    private let logitsBuffer: UnsafeMutablePointer<Float>
+    /// Self-attention key/value caches, one slot per sequence decoded side by side (beam search, sampling
+    /// several candidates): slot s, layer l starts at `(s · layers + l) · textContext · d`.
+    private var selfKeys: UnsafeMutablePointer<Float>
+    private var selfValues: UnsafeMutablePointer<Float>
+    /// Per-row scratch of a step (rows ≤ ``slots``).
+    private var tx: UnsafeMutablePointer<Float>
+    private var th: UnsafeMutablePointer<Float>
+    private var tqkv: UnsafeMutablePointer<Float>
+    private var ta: UnsafeMutablePointer<Float>
+    private var tf: UnsafeMutablePointer<Float>
+    private var logitsBuffer: UnsafeMutablePointer<Float>
+    /// Cache slots (and rows a step may run) allocated; 1 until ``reserveSlots(_:)`` asks for more.
+    private(set) var slots = 1
     /// Attention weights of one decoder query.
     private let stepScores: UnsafeMutablePointer<Float>
     /// Tokens the decoder has read since ``resetDecoder()``.
@@ -135,20 +140,55 @@ public final class WhisperNetwork {
         crossKeys = arena
         crossValues = arena + a.textLayers * context * d
         stepScores = buffer(max(context, textContext))
-        selfKeys = buffer(a.textLayers * textContext * d)
-        selfValues = buffer(a.textLayers * textContext * d)
-        tx = buffer(d)
-        th = buffer(d)
-        tqkv = buffer(3 * d)
-        ta = buffer(d)
-        tf = buffer(4 * d)
-        logitsBuffer = buffer(vocabulary)
         allocations = made
+        (selfKeys, selfValues, tx, th, tqkv, ta, tf, logitsBuffer) = WhisperNetwork.rowBuffers(
+            slots: 1, layers: a.textLayers, textContext: a.textContext, d: d, vocabulary: a.vocabularySize)
         openblas_set_num_threads(1)
     }
 
     deinit {
         for p in allocations { p.deallocate() }
+        for p in [selfKeys, selfValues, tx, th, tqkv, ta, tf, logitsBuffer] { p.deallocate() }
+    }
+
+    private static func rowBuffers(slots: Int, layers: Int, textContext: Int, d: Int, vocabulary: Int) -> (
+        UnsafeMutablePointer<Float>, UnsafeMutablePointer<Float>, UnsafeMutablePointer<Float>, UnsafeMutablePointer<Float>,
+        UnsafeMutablePointer<Float>, UnsafeMutablePointer<Float>, UnsafeMutablePointer<Float>, UnsafeMutablePointer<Float>
+    ) {
+        func buffer(_ count: Int) -> UnsafeMutablePointer<Float> {
+            let p = UnsafeMutablePointer<Float>.allocate(capacity: max(1, count))
+            p.initialize(repeating: 0, count: max(1, count))
+            return p
+        }
+        let cache = slots * layers * textContext * d
+        return (buffer(cache), buffer(cache), buffer(slots * d), buffer(slots * d), buffer(slots * 3 * d), buffer(slots * d),
+                buffer(slots * 4 * d), buffer(slots * vocabulary))
+    }
+
+    /// Makes room for `count` sequences decoded side by side (cache slots and step rows); slots already in use
+    /// keep their contents. Allocates only when `count` is more than before.
+    func reserveSlots(_ count: Int) {
+        guard count > slots else { return }
+        let layers = decoderLayers.count
+        let fresh = WhisperNetwork.rowBuffers(slots: count, layers: layers, textContext: textContext, d: d, vocabulary: vocabulary)
+        let cache = slots * layers * textContext * d
+        fresh.0.update(from: selfKeys, count: cache)
+        fresh.1.update(from: selfValues, count: cache)
+        for p in [selfKeys, selfValues, tx, th, tqkv, ta, tf, logitsBuffer] { p.deallocate() }
+        (selfKeys, selfValues, tx, th, tqkv, ta, tf, logitsBuffer) = fresh
+        slots = count
+    }
+
+    /// Copies the cached keys and values of the tokens read so far from one slot to another.
+    func copySlot(_ source: Int, to destination: Int) {
+        precondition(source >= 0 && source < slots && destination >= 0 && destination < slots)
+        guard source != destination, position > 0 else { return }
+        let layers = decoderLayers.count, span = textContext * d
+        for l in 0..<layers {
+            let from = (source * layers + l) * span, to = (destination * layers + l) * span
+            (selfKeys + to).update(from: selfKeys + from, count: position * d)
+            (selfValues + to).update(from: selfValues + from, count: position * d)
+        }
     }
 
     // MARK: Encoder
@@ -205,38 +245,74 @@ public final class WhisperNetwork {
     /// Forgets the tokens read so far (the cross-attention keys and values stay).
     public func resetDecoder() { position = 0 }
 
+    /// Forgets the tokens read after the first `count` (their cached keys and values stay valid in every slot that holds them).
+    func rewind(to count: Int) {
+        precondition(count >= 0 && count <= position)
+        position = count
+    }
+
     /// Reads one token at the next position and returns the logits of the token after it
     /// (`vocabularySize` values, valid until the next call). Precondition: `position < textContext`.
     @discardableResult
     public func step(_ token: Int) -> UnsafeMutablePointer<Float> {
-        precondition(position < textContext && token >= 0 && token < vocabulary)
-        let d = self.d, hs = headSize, p = position, scale = 1 / Float(hs).squareRoot()
-        let e = embeddings + token * d, pe = decoderPositions + p * d
-        for i in 0..<d { tx[i] = e[i] + pe[i] }
-        for (l, layer) in decoderLayers.enumerated() {
-            // Self-attention over positions 0…p.
-            WhisperNetwork.layerNorm(tx, rows: 1, width: d, layer.selfNorm, into: th)
-            WhisperNetwork.affineVector(th, layer.qkv, into: tqkv, accumulate: false)
-            let keys = selfKeys + l * textContext * d, values = selfValues + l * textContext * d
-            (keys + p * d).update(from: tqkv + d, count: d)
-            (values + p * d).update(from: tqkv + 2 * d, count: d)
-            attend(query: tqkv, keys: keys, values: values, count: p + 1, scale: scale, into: ta)
-            WhisperNetwork.affineVector(ta, layer.selfOutput, into: tx, accumulate: true)
-            // Cross-attention over the window.
-            WhisperNetwork.layerNorm(tx, rows: 1, width: d, layer.crossNorm, into: th)
-            WhisperNetwork.affineVector(th, layer.crossQuery, into: tqkv, accumulate: false)
-            attend(query: tqkv, keys: crossKeys + l * context * d, values: crossValues + l * context * d, count: context, scale: scale,
-                   into: ta, captureLayer: capture == nil ? nil : l)
-            WhisperNetwork.affineVector(ta, layer.crossOutput, into: tx, accumulate: true)
-            // Feed-forward.
-            WhisperNetwork.layerNorm(tx, rows: 1, width: d, layer.ffnNorm, into: th)
-            WhisperNetwork.affineVector(th, layer.ffn0, into: tf, accumulate: false)
-            WhisperNetwork.gelu(tf, count: 4 * d)
-            WhisperNetwork.affineVector(tf, layer.ffn1, into: tx, accumulate: true)
+        withUnsafeTemporaryAllocation(of: Int.self, capacity: 2) { b in
+            b[0] = token
+            b[1] = 0
+            return step(tokens: UnsafeBufferPointer(rebasing: b[0..<1]), slots: UnsafeBufferPointer(rebasing: b[1..<2]))
         }
-        WhisperNetwork.layerNorm(tx, rows: 1, width: d, decoderNorm, into: th)
+    }
+
+    /// Reads one token for each of several sequences at the same next position, row r's token with the cache of
+    /// `slots[r]` (distinct slots below ``slots``), and returns their next tokens' logits, row r at
+    /// `r · vocabularySize` (valid until the next call). One row is computed exactly as ``step(_:)`` computes it.
+    @discardableResult
+    func step(tokens: UnsafeBufferPointer<Int>, slots rowSlots: UnsafeBufferPointer<Int>) -> UnsafeMutablePointer<Float> {
+        let rows = tokens.count
+        precondition(position < textContext && rows >= 1 && rows <= slots && rowSlots.count == rows)
+        precondition(capture == nil || rows == 1)
+        let d = self.d, p = position, scale = 1 / Float(headSize).squareRoot(), layers = decoderLayers.count
+        for r in 0..<rows {
+            let token = tokens[r]
+            precondition(token >= 0 && token < vocabulary && rowSlots[r] >= 0 && rowSlots[r] < slots)
+            let e = embeddings + token * d, pe = decoderPositions + p * d, x = tx + r * d
+            for i in 0..<d { x[i] = e[i] + pe[i] }
+        }
+        for (l, layer) in decoderLayers.enumerated() {
+            // Self-attention over positions 0…p of each row's own cache.
+            WhisperNetwork.layerNorm(tx, rows: rows, width: d, layer.selfNorm, into: th)
+            WhisperNetwork.linear(th, rows: rows, layer.qkv, into: tqkv, accumulate: false)
+            for r in 0..<rows {
+                let offset = (rowSlots[r] * layers + l) * textContext * d
+                let keys = selfKeys + offset, values = selfValues + offset, q = tqkv + r * 3 * d
+                (keys + p * d).update(from: q + d, count: d)
+                (values + p * d).update(from: q + 2 * d, count: d)
+                attend(query: q, keys: keys, values: values, count: p + 1, scale: scale, into: ta + r * d)
+            }
+            WhisperNetwork.linear(ta, rows: rows, layer.selfOutput, into: tx, accumulate: true)
+            // Cross-attention over the window.
+            WhisperNetwork.layerNorm(tx, rows: rows, width: d, layer.crossNorm, into: th)
+            WhisperNetwork.linear(th, rows: rows, layer.crossQuery, into: tqkv, accumulate: false)
+            for r in 0..<rows {
+                attend(query: tqkv + r * d, keys: crossKeys + l * context * d, values: crossValues + l * context * d, count: context,
+                       scale: scale, into: ta + r * d, captureLayer: capture == nil ? nil : l)
+            }
+            WhisperNetwork.linear(ta, rows: rows, layer.crossOutput, into: tx, accumulate: true)
+            // Feed-forward.
+            WhisperNetwork.layerNorm(tx, rows: rows, width: d, layer.ffnNorm, into: th)
+            WhisperNetwork.linear(th, rows: rows, layer.ffn0, into: tf, accumulate: false)
+            WhisperNetwork.gelu(tf, count: rows * 4 * d)
+            WhisperNetwork.linear(tf, rows: rows, layer.ffn1, into: tx, accumulate: true)
+        }
+        WhisperNetwork.layerNorm(tx, rows: rows, width: d, decoderNorm, into: th)
         // The output projection is the token embedding matrix (not needed while only attention is collected).
-        if capture == nil { cblas_sgemv(CblasRowMajor, CblasNoTrans, Int32(vocabulary), Int32(d), 1, embeddings, Int32(d), th, 1, 0, logitsBuffer, 1) }
+        if capture == nil {
+            if rows == 1 {
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, Int32(vocabulary), Int32(d), 1, embeddings, Int32(d), th, 1, 0, logitsBuffer, 1)
+            } else {
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(rows), Int32(vocabulary), Int32(d), 1,
+                            th, Int32(d), embeddings, Int32(d), 0, logitsBuffer, Int32(vocabulary))
+            }
+        }
         position += 1
         return logitsBuffer
     }
@@ -296,6 +372,15 @@ public final class WhisperNetwork {
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(rows), Int32(n), Int32(layer.cols), 1,
                     input, Int32(layer.cols), layer.weight, Int32(layer.cols), 1, out, Int32(n))
+    }
+
+    /// ``affineVector(_:_:into:accumulate:)`` for one row, ``affine(_:rows:_:into:accumulate:)`` for several.
+    static func linear(_ input: UnsafePointer<Float>, rows: Int, _ layer: Linear, into out: UnsafeMutablePointer<Float>, accumulate: Bool) {
+        if rows == 1 {
+            affineVector(input, layer, into: out, accumulate: accumulate)
+        } else {
+            affine(input, rows: rows, layer, into: out, accumulate: accumulate)
+        }
     }
 
     static func affineVector(_ input: UnsafePointer<Float>, _ layer: Linear, into out: UnsafeMutablePointer<Float>, accumulate: Bool) {

@@ -12,13 +12,31 @@ public struct TranscriptionOptions: Sendable, Equatable {
     /// A window whose no-speech probability is above this, and whose mean token log-probability is below
     /// ``logProbabilityThreshold``, is taken as silence (Whisper's defaults 0.6 and −1).
     public var noSpeechThreshold: Double? = 0.6
+    /// A decoding whose mean token log-probability is below this is re-decoded at the next of ``temperatures``
+    /// (unless it is silence, see ``noSpeechThreshold``). Whisper's −1.
     public var logProbabilityThreshold = -1.0
     /// Also time every word (cross-attention alignment; costs about one more decoder pass per window). Default false.
     public var wordTimestamps = false
+    /// Sequences kept by beam search at temperature 0 (5, faster-whisper's default for files); 1 decodes greedily.
+    /// Beams are ranked by their summed token log-probabilities divided by their length, as Whisper does without
+    /// a length penalty.
+    public var beamSize = 5
+    /// Temperatures tried in turn until a window's decoding passes the guards below (Whisper's 0, 0.2, … 1.0);
+    /// above 0, ``bestOf`` sequences are sampled and the best kept. `[0]` turns the fallback off.
+    public var temperatures: [Double] = [0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    /// Sequences sampled at each temperature above 0 (Whisper's and faster-whisper's default 5).
+    public var bestOf = 5
+    /// A decoding whose text compresses better than this is taken as repetitive and re-decoded at the next temperature
+    /// (Whisper's 2.4; see ``WhisperRecognizer/compressionRatio(_:)``). nil: never.
+    public var compressionRatioThreshold: Double? = 2.4
+    /// Seed of the sampling at temperatures above 0: the same seed, audio and options give the same transcript.
+    public var seed: UInt64 = 0
 
-    public init(language: String? = nil, wordTimestamps: Bool = false) {
+    /// Options with Whisper's usual guards; `beamSize` 1 decodes greedily.
+    public init(language: String? = nil, wordTimestamps: Bool = false, beamSize: Int = 5) {
         self.language = language
         self.wordTimestamps = wordTimestamps
+        self.beamSize = beamSize
     }
 }
 
@@ -54,7 +72,7 @@ public struct Transcription: Codable, Sendable, Equatable {
     }
 }
 
-/// The greedy decoding of one 30-s window.
+/// The decoding of one 30-s window.
 public struct WindowDecoding: Sendable, Equatable {
     /// Whisper's code of the language decoded (detected or given).
     public var language: String
@@ -66,14 +84,21 @@ public struct WindowDecoding: Sendable, Equatable {
     public var tokens: [Int]
     /// Mean log-probability of the sampled tokens (the final end of text included).
     public var averageLogProbability: Double
+    /// Temperature of the decoding kept (0: beam search or greedy; above 0 after a fallback).
+    public var temperature = 0.0
+    /// Compression ratio of the text (``WhisperRecognizer/compressionRatio(_:)``).
+    public var compressionRatio = 0.0
 }
 
-/// Speech to text with Whisper: the log-mel front end, the network and greedy decoding with timestamps.
+/// Speech to text with Whisper: the log-mel front end, the network and decoding with timestamps.
 ///
-/// Decoding follows what CTranslate2 (and OpenAI's Whisper) do at beam size 1: the prompt
+/// Decoding follows what CTranslate2 (and OpenAI's Whisper) do: the prompt
 /// `<|startoftranscript|><|language|><|transcribe|>`; the model's suppressed tokens at every step, a
 /// blank and end of text at the first; timestamps first, at most 1 s into the window, in pairs and
-/// never going back; a timestamp whenever the timestamps together are likelier than any text token.
+/// never going back; a timestamp whenever the timestamps together are likelier than any text token
+/// (the rules apply to each beam or sample on its own). Beam search (``TranscriptionOptions/beamSize``) or
+/// greedy decoding at temperature 0, then sampling at higher temperatures while the result looks
+/// repetitive or unlikely (``TranscriptionOptions/temperatures``).
 /// Long recordings are read in 30-s windows that follow the last complete timestamp pair, as Whisper's
 /// `transcribe` does. An instance is not thread-safe; give each thread its own.
 ///
@@ -88,8 +113,12 @@ public final class WhisperRecognizer {
     public let network: WhisperNetwork
     /// The log-mel front end.
     public let frontEnd: WhisperFrontEnd
-    private var scratch: [Float]
     private var disabled: [Bool]
+    /// Logits after the prompt, kept for every attempt at a window (`vocabularySize` values).
+    private let promptLogits: UnsafeMutablePointer<Float>
+    /// Reused per step of beam search and sampling.
+    private var rowTokens: [Int] = []
+    private var rowSlots: [Int] = []
     /// End of the last timed word of the recording being transcribed (seconds).
     private var lastSpeechTime = 0.0
 
@@ -97,9 +126,12 @@ public final class WhisperRecognizer {
         self.model = model
         network = WhisperNetwork(model: model)
         frontEnd = WhisperFrontEnd(spec: model.frontEnd)
-        scratch = [Float](repeating: 0, count: model.architecture.vocabularySize)
+        promptLogits = .allocate(capacity: model.architecture.vocabularySize)
+        promptLogits.initialize(repeating: 0, count: model.architecture.vocabularySize)
         disabled = [Bool](repeating: false, count: model.architecture.vocabularySize)
     }
+
+    deinit { promptLogits.deallocate() }
 
     /// Sample rate the recogniser reads, Hz (16,000).
     public var sampleRate: Int { model.frontEnd.sampleRate }
@@ -293,8 +325,22 @@ public final class WhisperRecognizer {
     }
 
     /// Splits a window's tokens at its timestamp pairs (Whisper's rule) and says how many mel frames to move on.
+    /// Times past the window's audio (a short last window is padded to 30 s) are set to its end.
     static func segments(_ tokens: [Int], tokenizer: WhisperTokenizer, offset: Double, windowFrames: Int,
                          secondsPerFrame: Double) -> ([TranscriptSegment], Int) {
+        let audioEnd = offset + Double(windowFrames) * secondsPerFrame
+        let (found, advance) = unclampedSegments(tokens, tokenizer: tokenizer, offset: offset, windowFrames: windowFrames,
+                                                 secondsPerFrame: secondsPerFrame)
+        return (found.map { s in
+            var s = s
+            s.start = min(s.start, audioEnd)
+            s.end = min(s.end, audioEnd)
+            return s
+        }, advance)
+    }
+
+    private static func unclampedSegments(_ tokens: [Int], tokenizer: WhisperTokenizer, offset: Double, windowFrames: Int,
+                                          secondsPerFrame: Double) -> ([TranscriptSegment], Int) {
         let isTime = tokens.map { tokenizer.isTimestamp($0) }
         let framesPerStep = Int((0.02 / secondsPerFrame).rounded())
         let singleEnding = isTime.count >= 2 && !isTime[isTime.count - 2] && isTime[isTime.count - 1]
@@ -330,14 +376,16 @@ public final class WhisperRecognizer {
         return Array(network.encoderOutput)
     }
 
-    /// Encodes one window and decodes it greedily: language detection (when `language` is nil), then tokens.
+    /// Encodes one window and decodes it: language detection (when `language` is nil), then tokens.
     public func decode(window: [Float], language: String?, options: TranscriptionOptions = TranscriptionOptions()) -> WindowDecoding {
         precondition(window.count == model.frontEnd.chunkFrames * model.frontEnd.melBands)
         window.withUnsafeBufferPointer { network.encode(window: $0.baseAddress!) }
         return decodeEncodedWindow(language: language, options: options)
     }
 
-    /// Decodes the window the network encoded last (``encode(window:)`` or ``decode(window:language:options:)``) again.
+    /// Decodes the window the network encoded last (``encode(window:)`` or ``decode(window:language:options:)``) again:
+    /// the prompt once, then each of the options' temperatures until a decoding passes the guards (the last one is
+    /// kept when none does).
     public func decodeEncodedWindow(language: String?, options: TranscriptionOptions = TranscriptionOptions()) -> WindowDecoding {
         network.prepareDecoder()
         let special = model.special, vocabularySize = model.architecture.vocabularySize
@@ -362,25 +410,274 @@ public final class WhisperRecognizer {
             languageProbability = 1 / sum
         }
         network.step(chosen.token)
-        var logits = network.step(special.transcribe)
-        var tokens: [Int] = []
-        var logProbabilitySum = 0.0
-        let limit = min(options.maximumTokensPerWindow, model.architecture.textContext - network.position)
-        while tokens.count < limit {
-            applyRules(logits, sampled: tokens, options: options)
-            var best = 0
-            var bestValue = -Float.infinity
-            for i in 0..<vocabularySize where logits[i] > bestValue {
-                bestValue = logits[i]
-                best = i
+        let logits = network.step(special.transcribe)
+        let promptLength = network.position
+        promptLogits.update(from: logits, count: vocabularySize)
+        let temperatures = options.temperatures.isEmpty ? [0] : options.temperatures
+        var result = WindowDecoding(language: chosen.code, languageProbability: languageProbability, noSpeechProbability: noSpeech,
+                                    tokens: [], averageLogProbability: 0)
+        for (attempt, temperature) in temperatures.enumerated() {
+            network.rewind(to: promptLength)
+            let found: (tokens: [Int], logProbability: Double)
+            if temperature <= 0 {
+                found = options.beamSize > 1 ? beamSearch(beams: options.beamSize, options: options) : sample(temperature: 0, count: 1, options: options)
+            } else {
+                var generator = SplitMix64(seed: options.seed &+ UInt64(attempt) &* 0x9E37_79B9_7F4A_7C15)
+                found = sample(temperature: temperature, count: max(1, options.bestOf), options: options, generator: &generator)
             }
-            logProbabilitySum += Double(bestValue) - WhisperRecognizer.logSumExp(logits, count: vocabularySize)
-            if best == special.endOfText || network.position >= model.architecture.textContext { break }
-            tokens.append(best)
-            logits = network.step(best)
+            result.tokens = found.tokens
+            result.averageLogProbability = found.logProbability / Double(found.tokens.count + 1)
+            result.temperature = temperature
+            result.compressionRatio = WhisperRecognizer.compressionRatio(model.tokenizer.decode(found.tokens))
+            if !WhisperRecognizer.needsFallback(result, options: options) { break }
         }
-        return WindowDecoding(language: chosen.code, languageProbability: languageProbability, noSpeechProbability: noSpeech,
-                              tokens: tokens, averageLogProbability: logProbabilitySum / Double(tokens.count + 1))
+        return result
+    }
+
+    /// Whisper's rule for trying the next temperature: the text is too repetitive (compression ratio above the
+    /// threshold) or too unlikely (mean log-probability below the threshold), unless the window is silence
+    /// (no-speech probability above its threshold and the log-probability low), which is skipped instead.
+    static func needsFallback(_ d: WindowDecoding, options: TranscriptionOptions) -> Bool {
+        let unlikely = d.averageLogProbability < options.logProbabilityThreshold
+        if let threshold = options.noSpeechThreshold, d.noSpeechProbability > threshold, unlikely { return false }
+        if let threshold = options.compressionRatioThreshold, d.compressionRatio > threshold { return true }
+        return unlikely
+    }
+
+    /// Greedy decoding (temperature 0, one sequence, exactly CTranslate2's greedy search) or sampling of `count`
+    /// sequences at `temperature` side by side; returns the best by ``rank(logProbability:length:)`` with its
+    /// summed log-probability (unscaled logits, the end of text included).
+    private func sample(temperature: Double, count: Int, options: TranscriptionOptions) -> (tokens: [Int], logProbability: Double) {
+        var none = SplitMix64(seed: 0)
+        return sample(temperature: temperature, count: count, options: options, generator: &none)
+    }
+
+    private func sample(temperature: Double, count: Int, options: TranscriptionOptions,
+                        generator: inout SplitMix64) -> (tokens: [Int], logProbability: Double) {
+        let special = model.special, vocabularySize = model.architecture.vocabularySize
+        let limit = min(options.maximumTokensPerWindow, model.architecture.textContext - network.position)
+        network.reserveSlots(count)
+        for slot in 1..<max(1, count) { network.copySlot(0, to: slot) }
+        var tokens = [[Int]](repeating: [], count: count)
+        var sums = [Double](repeating: 0, count: count)
+        var running = Array(0..<count)
+        var logits = promptLogits
+        var first = true
+        while !running.isEmpty, tokens[running[0]].count < limit {
+            var stillRunning: [Int] = []
+            for (row, r) in running.enumerated() {
+                // The prompt's logits serve every sequence at the first step.
+                let rowLogits = first ? logits : logits + row * vocabularySize
+                applyRules(rowLogits, sampled: tokens[r], options: options)
+                let token = temperature <= 0
+                    ? WhisperRecognizer.argmax(rowLogits, count: vocabularySize)
+                    : WhisperRecognizer.draw(rowLogits, count: vocabularySize, temperature: temperature, generator: &generator)
+                sums[r] += Double(rowLogits[token]) - WhisperRecognizer.logSumExp(rowLogits, count: vocabularySize)
+                if token == special.endOfText || network.position >= model.architecture.textContext { continue }
+                tokens[r].append(token)
+                stillRunning.append(r)
+            }
+            running = stillRunning
+            if running.isEmpty || tokens[running[0]].count >= limit { break }
+            first = false
+            rowTokens.removeAll(keepingCapacity: true)
+            rowSlots.removeAll(keepingCapacity: true)
+            for r in running {
+                rowTokens.append(tokens[r].last!)
+                rowSlots.append(r)
+            }
+            logits = rowTokens.withUnsafeBufferPointer { t in rowSlots.withUnsafeBufferPointer { network.step(tokens: t, slots: $0) } }
+        }
+        var best = 0
+        for r in 1..<max(1, count)
+            where WhisperRecognizer.rank(logProbability: sums[r], length: tokens[r].count)
+                > WhisperRecognizer.rank(logProbability: sums[best], length: tokens[best].count) {
+            best = r
+        }
+        return (tokens[best], sums[best])
+    }
+
+    /// One candidate continuation of a beam.
+    private struct Candidate {
+        var score: Double
+        var parent: Int
+        var token: Int
+    }
+
+    /// Beam search at temperature 0 with `beams` sequences, as Whisper's: every beam proposes its `beams + 1` likeliest
+    /// next tokens; the likeliest proposals overall become the new beams, except those that end the text, which are
+    /// finished; it stops when `beams` sequences are finished (or at the length limit, where the open beams count as
+    /// finished). Each beam has its own key/value cache slot: a beam's first continuation keeps its parent's slot and
+    /// the others get copies in slots no continuation kept.
+    private func beamSearch(beams: Int, options: TranscriptionOptions) -> (tokens: [Int], logProbability: Double) {
+        let special = model.special, vocabularySize = model.architecture.vocabularySize
+        let limit = min(options.maximumTokensPerWindow, model.architecture.textContext - network.position)
+        network.reserveSlots(beams)
+        var active: [(tokens: [Int], logProbability: Double, slot: Int)] = [([], 0, 0)]
+        var finished: [(tokens: [Int], logProbability: Double)] = []
+        var candidates: [Candidate] = []
+        var top: [(index: Int, value: Float)] = []
+        var logits = promptLogits
+        var length = 0
+        while true {
+            candidates.removeAll(keepingCapacity: true)
+            for (row, beam) in active.enumerated() {
+                let rowLogits = logits + row * vocabularySize
+                applyRules(rowLogits, sampled: beam.tokens, options: options)
+                let normaliser = WhisperRecognizer.logSumExp(rowLogits, count: vocabularySize)
+                WhisperRecognizer.largest(rowLogits, count: vocabularySize, k: beams + 1, into: &top)
+                for t in top where t.value > -.infinity {
+                    candidates.append(Candidate(score: beam.logProbability + Double(t.value) - normaliser, parent: row, token: t.index))
+                }
+            }
+            // Likeliest first; ties in beam, then token order.
+            candidates.sort { $0.score != $1.score ? $0.score > $1.score : ($0.parent != $1.parent ? $0.parent < $1.parent : $0.token < $1.token) }
+            var next: [Candidate] = []
+            var ended: [(tokens: [Int], logProbability: Double)] = []
+            for c in candidates {
+                if c.token == special.endOfText {
+                    ended.append((active[c.parent].tokens, c.score))
+                } else {
+                    next.append(c)
+                    if next.count == beams { break }
+                }
+            }
+            for e in ended where finished.count < beams { finished.append(e) }
+            length += 1
+            if finished.count >= beams || next.isEmpty || length >= limit || network.position >= model.architecture.textContext {
+                if finished.count < beams {
+                    for c in next where finished.count < beams { finished.append((active[c.parent].tokens + [c.token], c.score)) }
+                }
+                break
+            }
+            // Slots: the first continuation of a beam keeps its slot; the others take slots nobody kept, copied.
+            var kept = [Bool](repeating: false, count: network.slots)
+            var parentKept = [Bool](repeating: false, count: active.count)
+            var slotOf = [Int](repeating: -1, count: next.count)
+            for (i, c) in next.enumerated() where !parentKept[c.parent] {
+                parentKept[c.parent] = true
+                slotOf[i] = active[c.parent].slot
+                kept[slotOf[i]] = true
+            }
+            var free = (0..<beams).filter { !kept[$0] }.makeIterator()
+            for i in next.indices where slotOf[i] < 0 {
+                slotOf[i] = free.next()!
+                network.copySlot(active[next[i].parent].slot, to: slotOf[i])
+            }
+            active = next.enumerated().map { i, c in (active[c.parent].tokens + [c.token], c.score, slotOf[i]) }
+            rowTokens.removeAll(keepingCapacity: true)
+            rowSlots.removeAll(keepingCapacity: true)
+            for beam in active {
+                rowTokens.append(beam.tokens.last!)
+                rowSlots.append(beam.slot)
+            }
+            logits = rowTokens.withUnsafeBufferPointer { t in rowSlots.withUnsafeBufferPointer { network.step(tokens: t, slots: $0) } }
+        }
+        var best = 0
+        for i in finished.indices.dropFirst()
+            where WhisperRecognizer.rank(logProbability: finished[i].logProbability, length: finished[i].tokens.count)
+                > WhisperRecognizer.rank(logProbability: finished[best].logProbability, length: finished[best].tokens.count) {
+            best = i
+        }
+        return finished.isEmpty ? ([], 0) : finished[best]
+    }
+
+    /// Whisper's ranking of finished sequences without a length penalty: summed log-probability over the number of tokens.
+    static func rank(logProbability: Double, length: Int) -> Double { logProbability / Double(max(1, length)) }
+
+    static func argmax(_ x: UnsafePointer<Float>, count: Int) -> Int {
+        var best = 0
+        var bestValue = -Float.infinity
+        for i in 0..<count where x[i] > bestValue {
+            bestValue = x[i]
+            best = i
+        }
+        return best
+    }
+
+    /// The `k` largest values with their indices, largest first (the lower index first among equals).
+    static func largest(_ x: UnsafePointer<Float>, count: Int, k: Int, into top: inout [(index: Int, value: Float)]) {
+        top.removeAll(keepingCapacity: true)
+        for i in 0..<count {
+            let v = x[i]
+            if top.count == k, v <= top[k - 1].value { continue }
+            var j = top.count
+            while j > 0, top[j - 1].value < v { j -= 1 }
+            top.insert((i, v), at: j)
+            if top.count > k { top.removeLast() }
+        }
+    }
+
+    /// A token drawn from the softmax of the logits divided by the temperature.
+    static func draw(_ x: UnsafePointer<Float>, count: Int, temperature: Double, generator: inout SplitMix64) -> Int {
+        var top = -Float.infinity
+        for i in 0..<count { top = max(top, x[i]) }
+        var sum = 0.0
+        for i in 0..<count where x[i] > -.infinity { sum += exp(Double(x[i] - top) / temperature) }
+        var u = Double.random(in: 0..<1, using: &generator) * sum
+        var last = 0
+        for i in 0..<count where x[i] > -.infinity {
+            u -= exp(Double(x[i] - top) / temperature)
+            last = i
+            if u < 0 { return i }
+        }
+        return last
+    }
+
+    /// How well `text`'s UTF-8 bytes compress, Whisper's repetition measure (it uses zlib; ordinary speech gives
+    /// about 1–2, a phrase looping gives more than 2.4). Here the compressed size is what DEFLATE would take in
+    /// one fixed-Huffman block with greedy longest matches (window 32 KiB, lengths 3–258) and the 6 bytes of
+    /// zlib's wrapper, or stored when that is smaller; 0 for empty text. On prompt-length and looping texts this is
+    /// within 0.2 of zlib's ratio (long ordinary text, where zlib's dynamic Huffman codes win, comes out lower).
+    public static func compressionRatio(_ text: String) -> Double {
+        let b = Array(text.utf8), n = b.count
+        guard n > 0 else { return 0 }
+        var bits = 3 + 7    // block header and end of block
+        var i = 0
+        while i < n {
+            var bestLength = 0, bestDistance = 0
+            if i + 3 <= n {
+                var j = i - 1
+                while j >= max(0, i - 32768) {
+                    var l = 0
+                    while l < 258, i + l < n, b[j + l] == b[i + l] { l += 1 }
+                    if l > bestLength {
+                        bestLength = l
+                        bestDistance = i - j
+                        if l == 258 { break }
+                    }
+                    j -= 1
+                }
+            }
+            if bestLength >= 3 {
+                bits += lengthBits(bestLength) + distanceBits(bestDistance)
+                i += bestLength
+            } else {
+                bits += b[i] < 144 ? 8 : 9
+                i += 1
+            }
+        }
+        let compressed = min(2 + (bits + 7) / 8 + 4, 2 + 5 + n + 4)
+        return Double(n) / Double(compressed)
+    }
+
+    /// Bits of a match length in DEFLATE's fixed code (code and extra bits).
+    static func lengthBits(_ l: Int) -> Int {
+        switch l {
+        case ...10: 7
+        case ...18: 8
+        case ...34: 9
+        case ...66: 10
+        case ...114: 11
+        case ...130: 12
+        case ...257: 13
+        default: 8
+        }
+    }
+
+    /// Bits of a match distance in DEFLATE's fixed code (5-bit code and extra bits).
+    static func distanceBits(_ d: Int) -> Int {
+        d <= 4 ? 5 : 5 + (Int.bitWidth - (d - 1).leadingZeroBitCount - 1) - 1
     }
 
     /// Sets the logits of every token that may not come next to −∞ (CTranslate2's order: suppressed tokens,
@@ -456,5 +753,18 @@ extension WhisperRecognizer {
         lastSpeechTime = previousSpeechEnd
         var probability = 1.0
         return transcribePiece(samples, offset: offset, language: &language, languageProbability: &probability, options: options) { _ in }
+    }
+}
+
+/// A small seedable generator (SplitMix64) for reproducible sampling.
+struct SplitMix64: RandomNumberGenerator {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 }

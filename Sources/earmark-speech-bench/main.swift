@@ -1,8 +1,10 @@
 // earmark-speech-bench: speed of the Whisper recogniser on real recordings, stage by stage.
-//   earmark-speech-bench [--model PATH] [--language CODE] [--words] [--detect SOUND-MODEL] FILE...
+//   earmark-speech-bench [--model PATH] [--language CODE] [--beam N] [--words] [--detect SOUND-MODEL] [--json] FILE...
 // Prints, per file, the seconds spent in the front end, the encoder and the decoder, the transcript, and
 // × real time (audio seconds / processing seconds, model loading excluded; it is printed on its own).
-// --words times every word; --detect finds the speech with the sound model first (its time is included).
+// --beam N: beams of the beam search (default 5; 1 decodes greedily). --words times every word; --detect finds
+// the speech with the sound model first (its time is included). --json: one JSON object a line per file
+// ({file, audio, seconds, language, text}) instead, then {audio, seconds} for all (tools/speech-eval.sh reads it).
 import EarmarkKit
 import Foundation
 
@@ -11,6 +13,8 @@ var language: String?
 var files: [String] = []
 var words = false
 var soundModelPath: String?
+var beam = 5
+var json = false
 var args = CommandLine.arguments.dropFirst().makeIterator()
 while let a = args.next() {
     switch a {
@@ -18,8 +22,10 @@ while let a = args.next() {
     case "--language": language = args.next()
     case "--words": words = true
     case "--detect": soundModelPath = args.next()
+    case "--beam": beam = args.next().flatMap { Int($0) }.map { max(1, $0) } ?? beam
+    case "--json": json = true
     case "-h", "--help":
-        print("usage: earmark-speech-bench [--model PATH] [--language CODE] [--words] [--detect SOUND-MODEL] FILE...")
+        print("usage: earmark-speech-bench [--model PATH] [--language CODE] [--beam N] [--words] [--detect SOUND-MODEL] [--json] FILE...")
         exit(0)
     default: files.append(a)
     }
@@ -35,32 +41,44 @@ do {
     let model = try SpeechModel(path: modelPath)
     let recognizer = WhisperRecognizer(model: model)
     let detector = try soundModelPath.map { SpeechDetector(soundModel: try SoundModel(path: $0)) }
-    print(String(format: "model load %.2f s", seconds(clock.now - start)))
+    if !json { print(String(format: "model load %.2f s", seconds(clock.now - start))) }
     var totalAudio = 0.0, totalTime = 0.0
     for file in files {
         let samples = try SpeechAudio.load(path: file, sampleRate: recognizer.sampleRate)
         let audio = Double(samples.count) / Double(recognizer.sampleRate)
-        start = clock.now
-        let mel = recognizer.frontEnd.spectrogram(samples)
-        let melTime = seconds(clock.now - start)
-        // One window encoded on its own, for the encoder's share.
-        start = clock.now
-        _ = recognizer.encode(window: mel.window(start: 0, length: model.frontEnd.chunkFrames))
-        let encodeTime = seconds(clock.now - start)
+        var melTime = 0.0, encodeTime = 0.0
+        if !json {
+            start = clock.now
+            let mel = recognizer.frontEnd.spectrogram(samples)
+            melTime = seconds(clock.now - start)
+            // One window encoded on its own, for the encoder's share.
+            start = clock.now
+            _ = recognizer.encode(window: mel.window(start: 0, length: model.frontEnd.chunkFrames))
+            encodeTime = seconds(clock.now - start)
+        }
         start = clock.now
         let speech = try detector?.ranges(samples: samples, sampleRate: recognizer.sampleRate)
         let detectTime = seconds(clock.now - start)
-        let result = try recognizer.transcribe(samples: samples, options: TranscriptionOptions(language: language, wordTimestamps: words),
+        let result = try recognizer.transcribe(samples: samples, options: TranscriptionOptions(language: language, wordTimestamps: words, beamSize: beam),
                                                speech: speech)
         let total = seconds(clock.now - start)
         totalAudio += audio
         totalTime += total
+        if json {
+            let line: [String: Any] = ["file": file, "audio": audio, "seconds": total, "language": result.language, "text": result.text]
+            print(String(decoding: try JSONSerialization.data(withJSONObject: line, options: [.sortedKeys]), as: UTF8.self))
+            continue
+        }
         print(String(format: "%@: %.1f s audio, transcribed in %.2f s = %.1f× real time (log-mel %.3f s, one window's encoder %.2f s)",
                      file, audio, total, audio / total, melTime, encodeTime))
         if let speech {
             print(String(format: "  speech detection %.2f s: %d ranges, %.1f s", detectTime, speech.count, speech.reduce(0) { $0 + $1.duration }))
         }
         print("  [\(result.language)] \(result.text)")
+    }
+    if json {
+        print(String(format: "{\"audio\": %.3f, \"seconds\": %.3f}", totalAudio, totalTime))
+        exit(0)
     }
     print(String(format: "all: %.1f s audio in %.2f s = %.1f× real time", totalAudio, totalTime, totalAudio / totalTime))
 } catch {

@@ -173,7 +173,7 @@ struct ListenCommand: AsyncParsableCommand {
                 let code = language == "auto" ? nil : language.lowercased()
                 analyzer = try SpeechAnalyzer(recognizer: WhisperRecognizer(model: try SpeechModel.load(path: speechModelPath)),
                                               detector: SpeechDetector(soundModel: try SoundModel.load(path: model)),
-                                              options: SpeechStreamOptions(transcription: TranscriptionOptions(language: code, wordTimestamps: true)))
+                                              options: SpeechStreamOptions(transcription: TranscriptionOptions(language: code, wordTimestamps: true, beamSize: 1)))
             } catch {
                 writeStderr("earmark: error: \(describe(error))\n")
                 throw ExitCode(2)

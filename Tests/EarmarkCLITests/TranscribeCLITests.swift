@@ -23,7 +23,8 @@ struct TranscribeCLITests {
         let speech = try #require(json["speech"] as? [[String: Any]])
         #expect(speech.count == 1)
 
-        let srt = try EarmarkCLI.run(["transcribe", "--format", "srt", prompt], environment: env, timeout: 600)
+        // Greedy decoding's times (beam search, the default, ends the first segment at 2.30 s).
+        let srt = try EarmarkCLI.run(["transcribe", "--beam", "1", "--format", "srt", prompt], environment: env, timeout: 600)
         #expect(srt.status == 0)
         #expect(srt.stdoutText.hasPrefix("1\n00:00:00,000 --> 00:00:02,240\nThat agent is already logged on.\n\n2\n00:00:02,240 --> "), "\(srt.stdoutText)")
         let vtt = try EarmarkCLI.run(["transcribe", "--words", "--format", "vtt", prompt], environment: env, timeout: 600)
@@ -64,7 +65,7 @@ struct TranscribeCLITests {
 
         let tmp = try TemporaryDirectory("transcribe")
         try Data("not audio".utf8).write(to: tmp.file("text.wav"))
-        let text = try EarmarkCLI.run(["transcribe", "--language", "en", prompt, tmp.path("text.wav")], environment: env, timeout: 600)
+        let text = try EarmarkCLI.run(["transcribe", "--beam", "1", "--language", "en", prompt, tmp.path("text.wav")], environment: env, timeout: 600)
         #expect(text.status == 2)
         #expect(text.stdoutText.contains("Please enter your agent number followed by the pound key."))
         #expect(text.stdoutText.contains("[0:00.00 → 0:02.24] That agent is already logged on."))
@@ -73,6 +74,7 @@ struct TranscribeCLITests {
         #expect(try EarmarkCLI.run(["transcribe"], environment: env).status == 64)
         #expect(try EarmarkCLI.run(["transcribe", "--language", "xx", prompt], environment: env).status == 64)
         #expect(try EarmarkCLI.run(["transcribe", "--format", "xml", prompt], environment: env).status == 64)
+        #expect(try EarmarkCLI.run(["transcribe", "--beam", "0", prompt], environment: env).status == 64)
         #expect(try EarmarkCLI.run(["transcribe", "--json", "--format", "srt", prompt], environment: env).status == 64)
         let missing = try EarmarkCLI.run(["transcribe", prompt], environment: ["EARMARK_SPEECH_MODEL": tmp.path("none.emodel")])
         #expect(missing.status == 2)

@@ -50,7 +50,7 @@ struct SpeechStreamTests {
     func promptSequenceMatchesFile() throws {
         let tmp = try TemporaryDirectory("speech-stream")
         let samples = try SpeechAudio.load(path: try Self.promptSequence(in: tmp))
-        let transcription = TranscriptionOptions(language: nil, wordTimestamps: true)
+        let transcription = TranscriptionOptions(language: nil, wordTimestamps: true, beamSize: 1)
         let recognizer = WhisperRecognizer(model: try TestSpeechModel.model())
         let file = try recognizer.transcribe(samples: samples, options: transcription,
                                              speech: try Self.detector().ranges(samples: samples, sampleRate: 16_000))
@@ -105,7 +105,7 @@ struct SpeechStreamTests {
     func longSpeechIsCut() async throws {
         let samples = try SpeechAudio.load(path: try SpeechPrompts.path("vm-options"))
         let recognizer = WhisperRecognizer(model: try TestSpeechModel.model())
-        let options = TranscriptionOptions(language: "en")
+        let options = TranscriptionOptions(language: "en", beamSize: 1)
         let file = try recognizer.transcribe(samples: samples, options: options)
         let analyzer = try SpeechAnalyzer(recognizer: recognizer, detector: try Self.detector(),
                                           options: SpeechStreamOptions(transcription: options, maximumStretch: 8, reportsVolatile: false))

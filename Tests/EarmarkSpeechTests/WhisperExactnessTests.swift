@@ -23,6 +23,9 @@ struct WhisperExactnessTests {
         let recordings = try exactnessPrompts.map { try SpeechAudio.load(path: try SpeechPrompts.path($0)) }
         let references = try fixture.references(recordings)
         let frames = model.frontEnd.chunkFrames
+        // CTranslate2's greedy search: one beam, no temperature fallback.
+        var greedy = TranscriptionOptions(beamSize: 1)
+        greedy.temperatures = [0]
         for (i, stem) in exactnessPrompts.enumerated() {
             let reference = references[i]
             // Front end: float32 FFT and filters against float64 numpy.
@@ -42,7 +45,7 @@ struct WhisperExactnessTests {
             #expect(meanError < Self.encoderMeanTolerance, "\(stem): encoder differs by \(meanError) on average")
 
             // Greedy decoding of that window: tokens must be equal.
-            let decoded = recognizer.decodeEncodedWindow(language: nil)
+            let decoded = recognizer.decodeEncodedWindow(language: nil, options: greedy)
             #expect(decoded.language == reference.language)
             #expect(abs(decoded.languageProbability - reference.languageProbability) < 1e-3)
             #expect(abs(decoded.noSpeechProbability - reference.noSpeechProbability) < 1e-3)
@@ -51,7 +54,7 @@ struct WhisperExactnessTests {
         }
         // The whole pipeline from the file's samples (Swift log-mel, windows, segments) on one prompt.
         let stem = "agent-alreadyon"
-        let transcript = try recognizer.transcribe(samples: recordings[2])
+        let transcript = try recognizer.transcribe(samples: recordings[2], options: greedy)
         let reference = references[2]
         #expect(transcript.language == "en")
         #expect(transcript.segments.flatMap(\.tokens) == reference.tokens, "\(stem) from the Swift log-mel")

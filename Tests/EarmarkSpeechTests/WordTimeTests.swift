@@ -40,7 +40,7 @@ struct WordTimeTests {
         var differences: [Double] = []
         var referenceWords = 0
         for (i, stem) in Self.prompts.enumerated() {
-            let result = try recognizer.transcribe(samples: recordings[i], options: TranscriptionOptions(language: "en", wordTimestamps: true))
+            let result = try recognizer.transcribe(samples: recordings[i], options: TranscriptionOptions(language: "en", wordTimestamps: true, beamSize: 1))
             let words = result.segments.flatMap(\.words)
             #expect(!words.isEmpty, "\(stem): no words")
             for s in result.segments {
