@@ -48,7 +48,7 @@ let package = Package(
         .target(name: "EarmarkCatalog", dependencies: ["CSQLite3", "CPrefetch", "EarmarkSignature"]),
         .target(name: "EarmarkMatching", dependencies: ["EarmarkSignature", "EarmarkCatalog"]),
         // Synthetic tracks grown from real signatures, for benchmarks of catalogs larger than the music at hand.
-        .target(name: "EarmarkSynthetic", dependencies: ["EarmarkSignature"]),
+        .target(name: "EarmarkSynthetic", dependencies: ["EarmarkDSP", "EarmarkSignature"]),
         .target(name: "EarmarkStreaming", dependencies: ["EarmarkAudio", "EarmarkMatching"]),
         .target(name: "EarmarkAnalysis", dependencies: ["CEBUR128", "EarmarkAudio", "EarmarkDSP"]),
         // The instrument head (tools/train-instrument-head.sh) ships as a resource; InstrumentHead finds the bundle itself.
@@ -74,13 +74,13 @@ let package = Package(
             "EarmarkKit", "EarmarkCapture", "EarmarkServer", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "earmark-bench", dependencies: ["EarmarkKit"]),
-        .executableTarget(name: "earmark-listen-bench", dependencies: ["EarmarkKit"]),
+        .executableTarget(name: "earmark-listen-bench", dependencies: ["EarmarkKit", "EarmarkDSP"]),
         .executableTarget(name: "earmark-classify-bench", dependencies: ["EarmarkKit"]),
-        .executableTarget(name: "earmark-music-bench", dependencies: ["EarmarkKit"]),
+        .executableTarget(name: "earmark-music-bench", dependencies: ["EarmarkKit", "EarmarkDSP"]),
         .executableTarget(name: "earmark-speech-bench", dependencies: ["EarmarkKit"]),
         // Matching against catalogs of 100 h to 10,000 h grown with EarmarkSynthetic (tools/scale-bench.sh).
         .executableTarget(name: "earmark-scale-bench", dependencies: ["EarmarkKit", "EarmarkSynthetic"]),
-        .target(name: "EarmarkTestSupport", dependencies: ["EarmarkKit"], path: "Tests/EarmarkTestSupport"),
+        .target(name: "EarmarkTestSupport", dependencies: ["EarmarkKit", "EarmarkDSP"], path: "Tests/EarmarkTestSupport"),
 
         .testTarget(name: "EarmarkAudioTests", dependencies: ["EarmarkAudio", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkDSPTests", dependencies: ["EarmarkDSP"]),

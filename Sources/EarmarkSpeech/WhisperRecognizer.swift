@@ -1,4 +1,5 @@
 import EarmarkClassification
+import EarmarkDSP
 import Foundation
 
 /// How to transcribe.
@@ -422,7 +423,7 @@ public final class WhisperRecognizer {
             if temperature <= 0 {
                 found = options.beamSize > 1 ? beamSearch(beams: options.beamSize, options: options) : sample(temperature: 0, count: 1, options: options)
             } else {
-                var generator = SplitMix64(seed: options.seed &+ UInt64(attempt) &* 0x9E37_79B9_7F4A_7C15)
+                var generator = SplitMix64(state: options.seed &+ UInt64(attempt) &* 0x9E37_79B9_7F4A_7C15)
                 found = sample(temperature: temperature, count: max(1, options.bestOf), options: options, generator: &generator)
             }
             result.tokens = found.tokens
@@ -448,7 +449,7 @@ public final class WhisperRecognizer {
     /// sequences at `temperature` side by side; returns the best by ``rank(logProbability:length:)`` with its
     /// summed log-probability (unscaled logits, the end of text included).
     private func sample(temperature: Double, count: Int, options: TranscriptionOptions) -> (tokens: [Int], logProbability: Double) {
-        var none = SplitMix64(seed: 0)
+        var none = SplitMix64(state: 0)
         return sample(temperature: temperature, count: count, options: options, generator: &none)
     }
 
@@ -753,18 +754,5 @@ extension WhisperRecognizer {
         lastSpeechTime = previousSpeechEnd
         var probability = 1.0
         return transcribePiece(samples, offset: offset, language: &language, languageProbability: &probability, options: options) { _ in }
-    }
-}
-
-/// A small seedable generator (SplitMix64) for reproducible sampling.
-struct SplitMix64: RandomNumberGenerator {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

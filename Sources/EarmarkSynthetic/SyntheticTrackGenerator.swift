@@ -1,3 +1,4 @@
+import EarmarkDSP
 import EarmarkSignature
 
 /// A track that never existed, made from pieces of real signatures; see ``SyntheticTrackGenerator``.
@@ -262,42 +263,5 @@ public struct SyntheticTrackGenerator: Sendable {
             if i - start + 1 > limit { return start...i }
         }
         return nil
-    }
-}
-
-/// SplitMix64 (Steele, Lea, Flood 2014): tiny, fast, and the same numbers everywhere.
-struct SplitMix64 {
-    private var state: UInt64
-
-    /// Stream `stream` of `seed`: the state is a hash of both, so neighbouring streams share no numbers.
-    init(seed: UInt64, stream: UInt64) {
-        state = SplitMix64.mix(seed ^ SplitMix64.mix(stream &+ 0xD1B5_4A32_D192_ED03))
-    }
-
-    /// The raw generator from `state` (the reference implementation's seeding).
-    init(state: UInt64) { self.state = state }
-
-    static func mix(_ x: UInt64) -> UInt64 {
-        var z = x
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        return SplitMix64.mix(state)
-    }
-
-    /// Uniform in 0..<1, 53 bits.
-    mutating func unit() -> Double { Double(next() >> 11) * 0x1p-53 }
-
-    mutating func uniform(in range: ClosedRange<Double>) -> Double {
-        range.lowerBound + (range.upperBound - range.lowerBound) * unit()
-    }
-
-    /// Uniform in 0..<n (n > 0), by the high half of a 128-bit product (bias below n / 2⁶⁴).
-    mutating func below(_ n: Int) -> Int {
-        Int(truncatingIfNeeded: next().multipliedFullWidth(by: UInt64(n)).high)
     }
 }

@@ -6,6 +6,7 @@
 //   false matches:       every non-catalog track back to back
 //   cost:                processing seconds per second of audio (= share of one core at real-time pace)
 //   memory:              resident size after 3 and after 30 minutes of stream
+import EarmarkDSP
 import EarmarkKit
 import Foundation
 
@@ -69,18 +70,6 @@ func readTSV(_ path: String) -> [[String: String]] {
     let lines = text.split(separator: "\n").map { $0.split(separator: "\t", omittingEmptySubsequences: false).map(String.init) }
     guard let header = lines.first else { return [] }
     return lines.dropFirst().map { Dictionary(uniqueKeysWithValues: zip(header, $0 + Array(repeating: "", count: max(0, header.count - $0.count)))) }
-}
-
-struct Rng {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-    mutating func uniform() -> Double { Double(next() >> 11) / Double(1 << 53) }
 }
 
 func percentile(_ xs: [Double], _ p: Double) -> Double {
@@ -178,14 +167,14 @@ func stream(_ samples: [Float]) throws -> (events: [SessionEvent], seconds: Doub
 }
 
 // --- Time to first match -------------------------------------------------------------------------
-var rng = Rng(state: o.seed)
+var rng = SplitMix64(state: o.seed)
 let eligible = manifest.filter { (Double($0["duration_s"] ?? "") ?? 0) >= 40 && idByPath[$0["path"]!] != nil }
 var picks: [(path: String, id: Int64, start: Double)] = []
 while picks.count < min(o.tracks, eligible.count) {
     let m = eligible[Int(rng.next() % UInt64(eligible.count))]
     if picks.contains(where: { $0.path == m["path"]! }) { continue }
     let duration = Double(m["duration_s"]!)!
-    picks.append((m["path"]!, idByPath[m["path"]!]!, (rng.uniform() * (duration - 30)).rounded()))
+    picks.append((m["path"]!, idByPath[m["path"]!]!, (rng.unit() * (duration - 30)).rounded()))
 }
 say("== time from a catalog track's start to its first correct match (\(picks.count) tracks, after \(Int(o.lead)) s of non-catalog music)")
 var totalAudio = 0.0, totalProcessing = 0.0

@@ -1,6 +1,7 @@
 // earmark-music-bench: music-metadata accuracy on rendered scores with ground truth
 // (tools/music-data.sh builds the set; tools/music-bench.sh runs everything): key, rhythm, structure, and
 // with --instruments instrument activity and pace (tools/instrument-data.sh builds that set).
+import EarmarkDSP
 import EarmarkKit
 import Foundation
 
@@ -159,7 +160,7 @@ if !corpus.isEmpty, let list = try? String(contentsOfFile: corpus + "/manifest.t
     let rows = list.split(separator: "\n").dropFirst().map { $0.split(separator: "\t").map(String.init) }
     var seconds = 0.0, cpuUsed = 0.0, allF: [Double] = []
     for seed in seeds {
-        var rng = SeededGenerator(seed: seed)
+        var rng = SplitMix64(state: seed)
         var fSum = 0.0
         for m in 0..<medleys {
             let parts = 3 + Int(rng.next() % 3)
@@ -637,17 +638,5 @@ func trainInstrumentHead(truthFiles: [String], model: SoundModel, out: String, d
         print("wrote \(out)")
     } catch {
         print("earmark-music-bench: cannot write \(out): \(error)"); exit(1)
-    }
-}
-
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

@@ -1,5 +1,6 @@
 @testable import EarmarkSpeech
 import EarmarkTestSupport
+import EarmarkDSP
 import Foundation
 import Testing
 
@@ -61,7 +62,7 @@ struct WhisperFallbackRuleTests {
     func seededDraws() {
         let logits: [Float] = [1, 2, 0.5, -.infinity, 1.5]
         func draws(_ seed: UInt64) -> [Int] {
-            var g = SplitMix64(seed: seed)
+            var g = SplitMix64(state: seed)
             return (0..<50).map { _ in logits.withUnsafeBufferPointer { WhisperRecognizer.draw($0.baseAddress!, count: 5, temperature: 1, generator: &g) } }
         }
         #expect(draws(7) == draws(7))

@@ -26,7 +26,7 @@ extension ReferenceCatalog {
 /// Feeds `samples` in buffers of varying size (seeded), advancing the clock by each buffer's duration.
 func feed(_ core: StreamMatcher, _ samples: [Float], clock: ManualClock? = nil, seed: UInt64 = 1,
           startingAt time: Double? = nil) -> [SessionEvent] {
-    var rng = SplitMix(seed)
+    var rng = SeededRandom(seed: seed)
     var events: [SessionEvent] = []
     var i = 0
     var first = true
@@ -38,18 +38,6 @@ func feed(_ core: StreamMatcher, _ samples: [Float], clock: ManualClock? = nil, 
         i += n
     }
     return events
-}
-
-struct SplitMix {
-    var state: UInt64
-    init(_ seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
 }
 
 extension SessionEvent {

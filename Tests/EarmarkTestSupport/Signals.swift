@@ -1,16 +1,12 @@
+@_exported import EarmarkDSP
 import Foundation
 
-/// SplitMix64: a small seeded generator, so that "random" test input is the same on every run.
-public struct SeededRandom: RandomNumberGenerator, Sendable {
-    private var state: UInt64
-    public init(seed: UInt64) { state = seed }
-    public mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
+/// A small seeded generator, so that "random" test input is the same on every run.
+public typealias SeededRandom = SplitMix64
+
+extension SplitMix64 {
+    public init(seed: UInt64) { self.init(state: seed) }
+
     /// A standard normal deviate (Box–Muller).
     public mutating func gaussian() -> Double {
         let u1 = max(Double.leastNonzeroMagnitude, Double.random(in: 0..<1, using: &self))
