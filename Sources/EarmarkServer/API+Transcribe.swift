@@ -99,11 +99,7 @@ final class SpeechModels: Sendable {
         var path = file
         defer { try? FileManager.default.removeItem(atPath: path) }
         do {
-            // Decoders choose by content, but an MP3 without an ID3 tag is known by its name.
-            if let ext = ClipFormat.fileExtension(head: ClipFormat.head(of: file), name: name, contentType: contentType) {
-                try FileManager.default.moveItem(atPath: file, toPath: file + "." + ext)
-                path = file + "." + ext
-            }
+            path = try ClipFormat.named(file, name: name, contentType: contentType)
             let recognizer = WhisperRecognizer(model: speech)
             let samples = try SpeechAudio.load(path: path, sampleRate: recognizer.sampleRate)
             let ranges = try SpeechDetector(soundModel: sound).ranges(samples: samples, sampleRate: recognizer.sampleRate)

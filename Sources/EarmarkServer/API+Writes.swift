@@ -76,18 +76,14 @@ extension API {
         }
         var handedOver = false
         defer { if !handedOver { adds.leave() } }
-        var file = try await upload.receive(request, context: context)
-        // Decoders choose by content, but an MP3 without an ID3 tag is known by its name.
-        if let ext = ClipFormat.fileExtension(head: ClipFormat.head(of: file), name: name, contentType: request.headers[.contentType]) {
-            do {
-                try FileManager.default.moveItem(atPath: file, toPath: file + "." + ext)
-                file += "." + ext
-            } catch {
-                try? FileManager.default.removeItem(atPath: file)
-                throw error
-            }
+        let uploaded = try await upload.receive(request, context: context)
+        let received: String
+        do {
+            received = try ClipFormat.named(uploaded, name: name, contentType: request.headers[.contentType])
+        } catch {
+            try? FileManager.default.removeItem(atPath: uploaded)
+            throw error
         }
-        let received = file
         // Not audio, or damaged where it starts: the same answers as /v1/match, before the writer is busied.
         do {
             try await workers.run { _ in

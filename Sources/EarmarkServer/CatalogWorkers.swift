@@ -82,11 +82,7 @@ final class CatalogWorkers: Sendable {
             var path = file
             defer { try? FileManager.default.removeItem(atPath: path) }
             do {
-                // Decoders choose by content, but an MP3 without an ID3 tag and a .earsig are known by their names.
-                if let ext = ClipFormat.fileExtension(head: ClipFormat.head(of: file), name: name, contentType: contentType) {
-                    try FileManager.default.moveItem(atPath: file, toPath: file + "." + ext)
-                    path = file + "." + ext
-                }
+                path = try ClipFormat.named(file, name: name, contentType: contentType)
                 let model = classify ? try CatalogWorkers.load(soundModel, soundModelPath) : nil
                 recognizer.matcher.options.maximumMatches = maxMatches
                 return try recognizer.report(path: path, name: name, sound: model)

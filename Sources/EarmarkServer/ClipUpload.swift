@@ -140,6 +140,14 @@ enum ClipFormat {
     ///
     /// A `.earsig` signature is known by its magic; an MP3 by an ID3 tag or an MPEG frame header; otherwise
     /// the extension of `name`, then `contentType`, decide. libsndfile and ffmpeg recognise the rest by content.
+    /// Gives the upload at `file` the extension of its format where decoders need it (they choose by content,
+    /// but an MP3 without an ID3 tag and a `.earsig` are known by their names); returns its path now.
+    static func named(_ file: String, name: String, contentType: String?) throws -> String {
+        guard let ext = fileExtension(head: head(of: file), name: name, contentType: contentType) else { return file }
+        try FileManager.default.moveItem(atPath: file, toPath: file + "." + ext)
+        return file + "." + ext
+    }
+
     static func fileExtension(head: [UInt8], name: String, contentType: String?) -> String? {
         if head.starts(with: Signature.fileMagic) { return "earsig" }
         if startsLikeMPEGAudio(head) { return "mp3" }
