@@ -40,6 +40,17 @@ public final class Catalog {
     private let readOnly: Bool
     /// The segment index, opened at the first lookup or write.
     private var segmentIndex: PostingIndex?
+
+    /// Bytes of the hash index this connection maps at most; lookups past it read with `pread` (docs/catalog.md).
+    /// nil: no bound. Default `EARMARK_INDEX_MEMORY_MB`, else nil. A process that makes a few queries and exits
+    /// is faster bounded: each first touch of a mapped page costs a fault that maps its whole 64-KB window,
+    /// which only queries to come would repay.
+    public var indexMemoryLimit: Int? = PostingIndex.defaultResidentBudget == .max ? nil : PostingIndex.defaultResidentBudget {
+        didSet { segmentIndex?.residentBudget = indexMemoryLimit ?? .max }
+    }
+
+    /// Bytes of the index this connection has mapped so far (in 64-KB windows).
+    var indexMappedBytes: Int { segmentIndex?.segments.reduce(0) { $0 + $1.residentBytes } ?? 0 }
     /// Postings this connection added and has not flushed.
     private var unflushed = 0
     /// Pending rows (tracks added but not yet in a segment) held in memory for lookups, sorted by key,
@@ -596,6 +607,7 @@ public final class Catalog {
         }
         guard let id = try info("index_id") else { throw damaged("the catalog has no index id") }
         let i = try openIndex(folder: PostingIndex.folder(forCatalog: path), id: id)
+        i.residentBudget = indexMemoryLimit ?? .max
         segmentIndex = i
         let total = try scalarInt("SELECT count(*) FROM tracks")
         let pending = try scalarInt("SELECT count(*) FROM pending_postings")

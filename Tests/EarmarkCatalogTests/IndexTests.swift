@@ -408,6 +408,26 @@ struct PostingIndexTests {
 
 @Suite("Catalog: pending landmarks, recovery, export and migration")
 struct CatalogIndexTests {
+    @Test("indexMemoryLimit bounds the index's mapping, set before or after the first lookup; lookups answer the same")
+    func indexMemoryLimit() throws {
+        let f = try TwoTrackCatalog()
+        let hashes = f.landmarksA.map(\.hash) + f.landmarksB.map(\.hash)
+        let free = try Catalog(path: f.path, readOnly: true)
+        free.indexMemoryLimit = nil
+        let all = try postings(free, hashes)
+        #expect(all.count == f.a.landmarkCount + f.b.landmarkCount)
+        #expect(free.indexMappedBytes > 0)
+        // 1 byte: every bucket is read with pread; set before the index is opened, and again after it.
+        let bounded = try Catalog(path: f.path, readOnly: true)
+        bounded.indexMemoryLimit = 1
+        #expect(try postings(bounded, hashes) == all)
+        #expect(bounded.indexMappedBytes == 0, "nothing mapped under a 1-byte bound")
+        bounded.indexMemoryLimit = nil
+        #expect(try postings(bounded, hashes) == all)
+        bounded.indexMemoryLimit = 1
+        #expect(try postings(bounded, hashes) == all)
+    }
+
     @Test("tracks a writer added but never flushed (it stopped) are indexed by the next writer; readers see them meanwhile")
     func recoversPending() throws {
         let f = try TwoTrackCatalog()
