@@ -441,9 +441,11 @@ public final class Catalog {
         var r = VarintReader(raw)
         var hash: UInt64 = 0
         while r.offset < raw.count {
-            guard let d = r.next(), let frame = r.next(), frame <= UInt64(lastFrame) else { return false }
-            hash += d
-            guard hash < 1 << UInt64(hashBits) else { return false }
+            guard let d = r.next(), let frame = r.next(), frame <= UInt64(max(0, lastFrame)) else { return false }
+            // A damaged delta can be any 64-bit number: the sum must not wrap (fuzz-catalog found it trapping).
+            let (sum, overflow) = hash.addingReportingOverflow(d)
+            guard !overflow, sum < 1 << UInt64(hashBits) else { return false }
+            hash = sum
             body(UInt32(hash), UInt32(frame))
         }
         return true

@@ -408,6 +408,21 @@ struct PostingIndexTests {
 
 @Suite("Catalog: pending landmarks, recovery, export and migration")
 struct CatalogIndexTests {
+    @Test("a pending row whose hash deltas add past 64 bits, or whose frame is past the track, is refused, not a trap")
+    func pendingRowOverflow() {
+        func decodes(_ values: [UInt64], lastFrame: Int = 100) -> Bool {
+            var blob: [UInt8] = []
+            for v in values { Varint.append(v, to: &blob) }
+            return blob.withUnsafeBytes { Catalog.decodeLandmarks($0, lastFrame: lastFrame, hashBits: 32) { _, _ in } }
+        }
+        #expect(decodes([5, 1, 7, 2]))
+        #expect(!decodes([5, 1, UInt64.max, 2]), "the deltas wrap around 2^64")
+        #expect(!decodes([5, 1, UInt64(1) << 32, 2]), "past the hash width")
+        #expect(!decodes([5, 101]), "a frame past the track")
+        // A negative last frame (never stored) counts as 0 rather than trapping.
+        #expect(decodes([5, 0], lastFrame: 0) && decodes([5, 0], lastFrame: -1) && !decodes([5, 1], lastFrame: -1))
+    }
+
     @Test("indexMemoryLimit bounds the index's mapping, set before or after the first lookup; lookups answer the same")
     func indexMemoryLimit() throws {
         let f = try TwoTrackCatalog()
