@@ -546,6 +546,7 @@ public final class Matcher {
                                           minBin: configuration.minBin, bandCount: configuration.maxBin - configuration.minBin)
             // Charged for both directions of verification, as one more test.
             let reverse = -Matcher.log10PoissonTail(k: r.matched, lambda: r.expected) - log10(2 * tests)
+            // The best other track that is not (or not yet) a match: the chance level of this search.
             let rival = considered.lazy.filter { c in c.track != t.track && !matches.contains { $0.track.id == c.track } }
                 .map(\.hits).max() ?? 0
             let supported = t.hits >= options.supportingHits && Double(t.hits) >= lead * Double(rival)
@@ -554,10 +555,8 @@ public final class Matcher {
                                                             queryDuration: signature.duration, frameDuration: fd,
                                                             tests: Int((Double(max(1, considered.count) * trials) * screening).rounded())))
             let runnerUp = rank == 0 ? (considered.count > 1 ? considered[1].hits : 0) : considered[0].hits
-            // Outvoted: another track aligns more hashes than the chosen place and is not (or not yet) a match.
-            let outvoted = considered.contains { c in
-                c.track != t.track && c.hits > t.hits && !matches.contains { $0.track.id == c.track }
-            }
+            // Outvoted: that track aligns more hashes than the chosen place.
+            let outvoted = rival > t.hits
             guard t.hits >= (minimumHits ?? options.minimumHits), v.matched >= options.minimumVerifiedPeaks,
                   significance >= options.minimumSignificance + (outvoted ? options.outvotedMargin : 0) else { continue }
             let line = Matcher.hitLine(hits[t.range], cell: t.offset, skewed: skewed)
