@@ -298,6 +298,13 @@ struct BuildRecord: Codable {
     var compactSeconds: Double?
     /// Speeds of the adds alone (the copy left out).
     var tracksPerSecond: Double { addedTracks > 0 ? Double(addedTracks) / (wallSeconds - copySeconds) : .nan }
+
+    /// Writes the record as pretty JSON with sorted keys (the NAME.earcat.build.json beside the catalog).
+    func write(to path: String) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        try encoder.encode(self).write(to: URL(fileURLWithPath: path))
+    }
     var realTimeFactor: Double { addedSeconds > 0 ? addedSeconds / (wallSeconds - copySeconds) : .nan }
 }
 
@@ -508,9 +515,7 @@ func build(_ target: ScaleCatalog, base: ScaleCatalog?, real: [RealTrack], gener
                              rejected: rejected + g.rejected, writeSeconds: g.writeSeconds, wallSeconds: 0, date: ISO8601DateFormatter().string(from: Date()))
     }   // the catalog is closed here: SQLite checkpoints its write-ahead log into the file
     record.wallSeconds = seconds(clock.now - t0)
-    let encoder = JSONEncoder()
-    encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-    try encoder.encode(record).write(to: URL(fileURLWithPath: target.recordPath))
+    try record.write(to: target.recordPath)
     try renameCatalog(from: temp, to: target.path)
     return record
 }
@@ -1082,17 +1087,13 @@ for hours in o.sizes {
     }
     // Queries read one segment instead of several (a key's postings are two cache misses a segment), as after
     // `earmark catalog migrate --compact`, which a bulk ingest should end with; the cached catalog stays compacted.
-    if o.compact, let layout = try? Catalog(path: target.path).indexLayout(), layout.segments > 1 {
+    if o.compact, let catalog = try? Catalog(path: target.path), let layout = try? catalog.indexLayout(), layout.segments > 1 {
         let t0 = ContinuousClock.now
-        try Catalog(path: target.path).compact()
+        try catalog.compact()
         let took = seconds(ContinuousClock.now - t0)
         say("compacted: \(layout.segments) index segments into 1 in \(fmt(took, 1)) s (the file vacuumed too)")
         record?.compactSeconds = took
-        if let record {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-            try encoder.encode(record).write(to: URL(fileURLWithPath: target.recordPath))
-        }
+        try record?.write(to: target.recordPath)
     } else if let took = record?.compactSeconds {
         say("compacted after its build in \(fmt(took, 1)) s")
     }
