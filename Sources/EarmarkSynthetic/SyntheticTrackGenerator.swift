@@ -49,7 +49,8 @@ public struct SyntheticTrack: Sendable, Equatable {
 /// Each track is a chain of 8–40 s stretches cut from random sources at random places where they hold sound
 /// (no gap of more than 1 s between peaks). Every stretch is shifted by 2–8 bins up or down (levels follow the
 /// change of tilt between the old and new bin; peaks leaving the band are dropped), scaled in time by
-/// 0.90–1.10 (two peaks landing on one frame and bin: the louder stays) and, one time in four, reversed.
+/// 0.90–1.10 (two peaks landing on one frame and bin: the louder stays) and, one time in four (``reversedShare``),
+/// reversed.
 /// The whole track is then ranked as ``PeakRanking`` ranks, and peaks of rank ``SignatureConfiguration/deepRankLimit``
 /// and above are dropped, so that each rank counts the track's own louder peaks within ±rankRadius frames.
 ///
@@ -68,6 +69,12 @@ public struct SyntheticTrackGenerator: Sendable {
     public let configuration: SignatureConfiguration
     /// The range track lengths are drawn from uniformly, in seconds (default 2–6 min, 4 min on average).
     public let durations: ClosedRange<Double>
+    /// The share of stretches played backwards (default ``reverseProbability``). At 1, no stretch is a copy of
+    /// its source's audio that a speed, tempo or pitch change could make: those keep time's direction, while a
+    /// reversed constellation's landmarks have nearly the statistics of a forward one's (an anchor, a bin
+    /// difference and a frame difference become the target's bin, the negated difference and the same frame
+    /// difference).
+    public let reversedShare: Double
 
     /// Seconds of source cut for one stretch (the last stretch of a track too).
     public static let stretchDurations: ClosedRange<Double> = 8...40
@@ -75,7 +82,7 @@ public struct SyntheticTrackGenerator: Sendable {
     public static let timeScales: ClosedRange<Double> = 0.90...1.10
     /// Bin shift magnitudes; the sign is drawn separately.
     public static let binShifts: ClosedRange<Int> = 2...8
-    /// Share of stretches played backwards.
+    /// Share of stretches played backwards, by default.
     public static let reverseProbability = 0.25
     /// Seconds without a peak that count as silence: stretches never span one.
     public static let silenceGap = 1.0
@@ -97,9 +104,12 @@ public struct SyntheticTrackGenerator: Sendable {
     ///     together holding at least one 8 s stretch of sound.
     ///   - seed: selects the sequence of tracks.
     ///   - durations: track lengths in seconds, at least 8.
+    ///   - reversedShare: the share of stretches played backwards, 0…1. The random draws do not depend on it,
+    ///     so tracks of two shares differ only in which stretches are reversed.
     public init(sources: [Signature], seed: UInt64, configuration: SignatureConfiguration = .current,
-                durations: ClosedRange<Double> = 120...360) {
+                durations: ClosedRange<Double> = 120...360, reversedShare: Double = reverseProbability) {
         precondition(durations.lowerBound >= SyntheticTrackGenerator.stretchDurations.lowerBound, "tracks of at least 8 s")
+        precondition((0...1).contains(reversedShare), "a share of stretches, 0…1")
         for (i, s) in sources.enumerated() {
             precondition(s.configurationVersion == configuration.version, "source \(i) is of algorithm version \(s.configurationVersion)")
             precondition((try? s.validateStructure(configuration: configuration)) != nil, "source \(i) is not a valid signature")
@@ -108,6 +118,7 @@ public struct SyntheticTrackGenerator: Sendable {
         self.seed = seed
         self.configuration = configuration
         self.durations = durations
+        self.reversedShare = reversedShare
         let fd = configuration.frameDuration
         shortestStretch = Int((SyntheticTrackGenerator.stretchDurations.lowerBound / fd).rounded())
         let runs = SyntheticTrackGenerator.runs(in: sources, gap: Int((SyntheticTrackGenerator.silenceGap / fd).rounded()),
@@ -156,7 +167,7 @@ public struct SyntheticTrackGenerator: Sendable {
             let scale = random.uniform(in: SyntheticTrackGenerator.timeScales)
             let magnitude = SyntheticTrackGenerator.binShifts.lowerBound + random.below(SyntheticTrackGenerator.binShifts.count)
             let shift = random.below(2) == 0 ? magnitude : -magnitude
-            let reversed = random.unit() < SyntheticTrackGenerator.reverseProbability
+            let reversed = random.unit() < reversedShare
             // The last stretch ends near the target length, but is no shorter than any other.
             let remaining = Int((Double(target - end) / scale).rounded(.up))
             length = max(shortestStretch, min(length, remaining))

@@ -26,13 +26,19 @@ struct Options {
     var triplets = false
     /// Whether a catalog of several index segments is compacted (`catalog migrate --compact`) before it is measured.
     var compact = true
+    /// The share of synthetic stretches played backwards (``SyntheticTrackGenerator/reversedShare``).
+    var reversedShare = SyntheticTrackGenerator.reverseProbability
+    /// Names catalogs of a generator other than the default apart, in the cache.
+    var variant: String {
+        reversedShare == SyntheticTrackGenerator.reverseProbability ? "" : "-rev\(Int((reversedShare * 100).rounded()))"
+    }
 }
 
 func usage(_ status: Int32) -> Never {
     FileHandle.standardError.write(Data("""
     usage: earmark-scale-bench --corpus DIR/corpus/public --queries DIR/queries/NAME [--skew-queries DIR/queries/NAME]
                                [--sizes 100,1000,10000] [--seed N] [--cache DIR] [--earmark PATH] [--cold-sample N] [--minutes M] [--workers N]
-                               [--landmarks pairs|triplets] [--no-compact]
+                               [--landmarks pairs|triplets] [--no-compact] [--reversed-share S]
       --sizes         catalog sizes in hours of audio, built (or taken from --cache) in increasing order
       --cache         where catalogs and clip signatures are kept (default ~/.cache/earmark-corpus/scale)
       --earmark       the CLI timed as a fresh process (default: earmark next to this executable)
@@ -42,6 +48,9 @@ func usage(_ status: Int32) -> Never {
       --landmarks     the landmark design of the catalogs: pairs (default) or triplets (experimental; cached apart)
       --no-compact    measure a catalog as its build left it (several index segments) instead of compacting it first
                       (as `earmark catalog migrate --compact` does; the cached catalog stays compacted)
+      --reversed-share  the share of synthetic stretches played backwards, 0…1 (default 0.25; other shares are
+                      cached apart). At 1 no synthetic stretch is what a speed, tempo or pitch change makes of a
+                      real track's audio, so a skewed clip has no copies of itself to be matched to
 
     """.utf8))
     exit(status)
@@ -72,6 +81,9 @@ func parseOptions(_ arguments: [String]) -> Options {
             default: usage(2)
             }
         case "--no-compact": o.compact = false
+        case "--reversed-share":
+            guard let share = Double(args.next() ?? ""), (0...1).contains(share) else { usage(2) }
+            o.reversedShare = share
         case "--help", "-h": usage(0)
         default: usage(2)
         }
@@ -269,7 +281,9 @@ struct ScaleCatalog {
     var seed: UInt64
     var version: UInt16
     var folder: String
-    var name: String { "scale-\(hours)h-seed\(seed)-sig\(version)-schema\(Catalog.schemaVersion)-ix\(Catalog.indexFormat)" }
+    /// ``Options/variant``.
+    var variant = ""
+    var name: String { "scale-\(hours)h-seed\(seed)\(variant)-sig\(version)-schema\(Catalog.schemaVersion)-ix\(Catalog.indexFormat)" }
     var path: String { folder + "/" + name + ".earcat" }
     /// Where it is built; renamed to ``path`` once complete.
     var buildingPath: String { folder + "/" + name + ".partial.earcat" }
@@ -599,6 +613,10 @@ struct ChildResult: Codable {
     var referenceEnd: Double?
     var ms: Double
     var error: String?
+    /// Landmarks looked up and postings found by the search that gave the answer (the first search when
+    /// nothing matched): for clips of music not in the catalog, the chance load the catalog puts on a query.
+    var landmarks: Int?
+    var postings: Int?
 }
 
 struct ChildReport: Codable {
@@ -661,9 +679,11 @@ func runChild(catalogPath: String, list: String, out: String, budget: Double) th
         do { sig = try Fingerprinter.readSignatureFile(path: item.1) } catch { return ChildResult(key: item.0, ms: 0, error: "\(error)") }
         let t = clock.now
         do {
-            let top = try matcher.match(sig).matches.first
+            let result = try matcher.match(sig)
+            let ms = seconds(clock.now - t) * 1000
+            let top = result.matches.first
             return ChildResult(key: item.0, top: top?.track.title, significance: top?.significance, referenceStart: top?.referenceStart,
-                               referenceEnd: top?.referenceEnd, ms: seconds(clock.now - t) * 1000)
+                               referenceEnd: top?.referenceEnd, ms: ms, landmarks: result.queryLandmarks, postings: result.candidateHits)
         } catch {
             return ChildResult(key: item.0, ms: seconds(clock.now - t) * 1000, error: "\(error)")
         }
@@ -891,6 +911,12 @@ func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], conte
     let fps = negatives.filter { resultOf[$0.key]?.top != nil }
     say("false positives on negative clips: \(fps.count)/\(negatives.count) = \(percent(fps.count, negatives.count))"
           + (fps.isEmpty ? "" : " (" + fps.prefix(6).map { "\($0.row["qid"]!) → \(resultOf[$0.key]!.top!)" }.joined(separator: ", ") + (fps.count > 6 ? ", …" : "") + ")"))
+    let load = negatives.compactMap { c in resultOf[c.key].flatMap { r in r.postings.map { (Double($0), Double(r.landmarks ?? 0)) } } }
+    if !load.isEmpty {
+        let postings = load.map(\.0), landmarks = load.map(\.1)
+        say("chance load on negative clips (first search): postings found median \(fmt(percentile(postings, 0.5), 0)), p95 \(fmt(percentile(postings, 0.95), 0)); "
+              + "\(fmt(postings.reduce(0, +) / max(1, landmarks.reduce(0, +)), 4)) postings per landmark looked up")
+    }
     let errors = main.filter { resultOf[$0.key]?.error != nil && !silent.contains($0.key) }
     if !errors.isEmpty { say("query errors: \(errors.count) (e.g. \(errors[0].row["qid"]!): \(resultOf[errors[0].key]!.error!))") }
 
@@ -1051,14 +1077,14 @@ if FileManager.default.fileExists(atPath: overlapPath) {
         if let a = r["id_a"], let b = r["id_b"] { overlaps[a, default: []].insert(b); overlaps[b, default: []].insert(a) }
     }
 }
-say("earmark-scale-bench: sizes \(o.sizes.map { "\($0) h" }.joined(separator: ", ")), seed \(o.seed), signature version \(version), \(o.workers) workers, cache \(o.cache)")
+say("earmark-scale-bench: sizes \(o.sizes.map { "\($0) h" }.joined(separator: ", ")), seed \(o.seed), signature version \(version), \(fmt(100 * o.reversedShare, 0)) % of synthetic stretches reversed, \(o.workers) workers, cache \(o.cache)")
 
 var clips = await prepareClips(o.queries, set: "main", cache: o.cache, workers: o.workers)
 if let skew = o.skewQueries { clips += await prepareClips(skew, set: "skew", cache: o.cache, workers: o.workers) }
 
 /// Sizes of the catalogs of this seed and version in the cache, in increasing order.
-func cachedSizes(in cache: String, seed: UInt64, version: UInt16) -> [Int] {
-    let pattern = try! Regex("^scale-([0-9]+)h-seed\(seed)-sig\(version)-schema\(Catalog.schemaVersion)-ix\(Catalog.indexFormat)\\.earcat$")
+func cachedSizes(in cache: String, seed: UInt64, variant: String, version: UInt16) -> [Int] {
+    let pattern = try! Regex("^scale-([0-9]+)h-seed\(seed)\(variant)-sig\(version)-schema\(Catalog.schemaVersion)-ix\(Catalog.indexFormat)\\.earcat$")
     return ((try? FileManager.default.contentsOfDirectory(atPath: cache)) ?? []).compactMap { name in
         (try? pattern.wholeMatch(in: name)).flatMap { $0.output[1].substring.flatMap { Int($0) } }
     }.sorted()
@@ -1066,12 +1092,12 @@ func cachedSizes(in cache: String, seed: UInt64, version: UInt16) -> [Int] {
 
 // The real tracks are needed to build catalogs and to tell which synthetic tracks copy a clip's audio.
 let real = try await loadRealTracks(manifest, cache: o.cache, workers: o.workers)
-let generator = SyntheticTrackGenerator(sources: real.map(\.signature), seed: o.seed)
+let generator = SyntheticTrackGenerator(sources: real.map(\.signature), seed: o.seed, reversedShare: o.reversedShare)
 let context = Context(options: o, generator: generator, sourceIDs: real.map(\.id), sourceIndex: Dictionary(real.enumerated().map { ($1.id, $0) }, uniquingKeysWith: { a, _ in a }),
                       overlaps: overlaps, realIDs: Set(real.map(\.id)), earmark: earmark, selfPath: selfPath)
 var summaries: [SizeSummary] = []
 for hours in o.sizes {
-    let target = ScaleCatalog(hours: hours, seed: o.seed, version: version, folder: o.cache)
+    let target = ScaleCatalog(hours: hours, seed: o.seed, version: version, folder: o.cache, variant: o.variant)
     say("")
     say("== \(hours) h: \(target.path)")
     var record = (try? Data(contentsOf: URL(fileURLWithPath: target.recordPath))).flatMap { try? JSONDecoder().decode(BuildRecord.self, from: $0) }
@@ -1080,7 +1106,8 @@ for hours in o.sizes {
             " (built \(r.date)\(r.base.map { " from \($0)" } ?? ""): \(r.addedTracks) tracks added in \(fmt(r.wallSeconds - r.copySeconds, 0)) s = \(fmt(r.tracksPerSecond, 1)) tracks/s, \(fmt(r.realTimeFactor, 0))× real time)"
         } ?? ""))
     } else {
-        let base = cachedSizes(in: o.cache, seed: o.seed, version: version).last { $0 < hours }.map { ScaleCatalog(hours: $0, seed: o.seed, version: version, folder: o.cache) }
+        let base = cachedSizes(in: o.cache, seed: o.seed, variant: o.variant, version: version).last { $0 < hours }
+            .map { ScaleCatalog(hours: $0, seed: o.seed, version: version, folder: o.cache, variant: o.variant) }
         let r = try await build(target, base: base, real: real, generator: generator, workers: o.workers)
         record = r
         say("built: \(r.tracks) tracks, \(fmt(r.audioSeconds / 3600, 2)) h; added \(r.addedTracks) tracks (\(fmt(r.addedSeconds / 3600, 2)) h, \(r.rejected) refused) in \(fmt(r.wallSeconds - r.copySeconds, 1)) s wall (copy \(fmt(r.copySeconds, 1)) s more) = \(fmt(r.tracksPerSecond, 1)) tracks/s, \(fmt(r.realTimeFactor, 0))× real time; writer busy \(fmt(100 * r.writeSeconds / (r.wallSeconds - r.copySeconds), 0))% of the time")

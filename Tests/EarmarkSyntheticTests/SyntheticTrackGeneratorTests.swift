@@ -62,6 +62,27 @@ struct SyntheticTrackGeneratorTests {
         #expect(otherSeed.stretches != made[0].stretches)
     }
 
+    @Test("the reversed share decides only which stretches play backwards")
+    func reversedShare() async throws {
+        let srcs = try await sources.value()
+        let made = try await firstTracks.value()
+        for share in [0.0, 1.0] {
+            let g = SyntheticTrackGenerator(sources: srcs, seed: 2024, reversedShare: share)
+            for i in 0..<3 {
+                let t = g.track(i)
+                #expect(t.stretches.allSatisfy { $0.reversed == (share == 1) }, "share \(share), track \(i)")
+                var unflipped = t.stretches
+                for k in unflipped.indices { unflipped[k].reversed = made[i].stretches[k].reversed }
+                #expect(unflipped == made[i].stretches, "share \(share), track \(i): the same cuts, shifts and scales")
+                try t.signature.validateStructure(configuration: configuration)
+            }
+        }
+        // A reversed stretch holds its source's peaks in the opposite order.
+        let all = SyntheticTrackGenerator(sources: srcs, seed: 2024, reversedShare: 1).track(0)
+        let s = all.stretches[0]
+        #expect(s.outputFrame(ofSourceFrame: s.sourceFrames.lowerBound) > s.outputFrame(ofSourceFrame: s.sourceFrames.upperBound - 1))
+    }
+
     @Test("every rank is the number of louder peaks of the track within ±rankRadius frames, counted by brute force")
     func ranks() async throws {
         for track in try await firstTracks.value() {
