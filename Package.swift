@@ -50,7 +50,7 @@ let package = Package(
         // Synthetic tracks grown from real signatures, for benchmarks of catalogs larger than the music at hand.
         .target(name: "EarmarkSynthetic", dependencies: ["EarmarkDSP", "EarmarkSignature"]),
         .target(name: "EarmarkStreaming", dependencies: ["EarmarkAudio", "EarmarkMatching"]),
-        .target(name: "EarmarkAnalysis", dependencies: ["CEBUR128", "EarmarkAudio", "EarmarkDSP"]),
+        .target(name: "EarmarkAnalysis", dependencies: ["EarmarkAudio", "EarmarkDSP"]),
         // The instrument head (tools/train-instrument-head.sh) ships as a resource; InstrumentHead finds the bundle itself.
         .target(name: "EarmarkClassification", dependencies: ["COpenBLAS", "EarmarkAudio", "EarmarkDSP"],
                 resources: [.copy("Resources/instrument-head.json")]),
@@ -88,7 +88,7 @@ let package = Package(
         .testTarget(name: "EarmarkCatalogTests", dependencies: ["EarmarkCatalog", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkMatchingTests", dependencies: ["EarmarkMatching", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkSyntheticTests", dependencies: ["EarmarkSynthetic", "EarmarkTestSupport"]),
-        .testTarget(name: "EarmarkAnalysisTests", dependencies: ["EarmarkAnalysis", "EarmarkTestSupport"]),
+        .testTarget(name: "EarmarkAnalysisTests", dependencies: ["CEBUR128", "EarmarkAnalysis", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkSpeechTests", dependencies: ["EarmarkSpeech", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkClassificationTests", dependencies: ["EarmarkClassification", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkStreamingTests", dependencies: ["EarmarkStreaming", "EarmarkTestSupport"]),

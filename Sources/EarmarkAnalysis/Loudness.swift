@@ -1,4 +1,3 @@
-import CEBUR128
 import EarmarkAudio
 import Foundation
 
@@ -14,7 +13,7 @@ public struct TimedValue: Sendable, Codable, Equatable {
     }
 }
 
-/// EBU R 128 loudness of a piece of audio (ITU-R BS.1770-4 measurement, through libebur128).
+/// EBU R 128 loudness of a piece of audio (ITU-R BS.1770-4 measurement, as libebur128 makes it).
 ///
 /// Levels are in LUFS; `nil` where the measurement is undefined (silence, or audio shorter than the
 /// window). Series hold one value every 100 ms for the window ending at `end`.
@@ -41,62 +40,66 @@ public struct LoudnessResult: Sendable, Codable, Equatable {
 }
 
 /// Measures loudness incrementally: append buffers (any rate, any channel count up to 64), read
-/// ``momentary``/``shortTerm`` at any time, take the ``result()`` at the end.
+/// ``momentary``/``shortTerm`` at any time (as of the last whole 100-ms step), take the ``result()`` at the end.
 ///
-/// Channels are weighted as BS.1770 says for the usual layouts: 1 mono (counted as one channel),
-/// 2 L R, 3 L R C, 5 L R C Ls Rs, 6 L R C LFE Ls Rs (the LFE channel is not counted); other counts weigh
-/// every channel 1.
+/// Channels are weighted as libebur128 weighs them by default, with BS.1770's layouts for 3, 5 and 6
+/// channels: 1 mono (counted as one channel), 2 L R, 3 L R C, 5 L R C Ls Rs, 6 L R C LFE Ls Rs (the LFE
+/// channel is not counted); 4 channels are L R Ls Rs; from 7 on, the first six are weighed as 6 channels
+/// and the rest are not counted (surround channels count 1.41).
+///
+/// The measurement is BS.1770-4 / EBU R 128 (Tech 3341, 3342) as libebur128 1.2 makes it, done here: a
+/// 100-ms step's K-weighted energy is computed once, and the 400-ms gating blocks, the 3-s short-term
+/// windows and the series are sums of steps, where libebur128 sums the samples of every 400-ms block
+/// and 3-s window again (most of its cost). The values differ from libebur128's only in the rounding of
+/// those sums: LoudnessTests compare the two on real and synthetic audio, 1 to 8 channels, within 1e-9 LU.
 public final class LoudnessMeter {
     public let sampleRate: Double
     public let channels: Int
-    private let state: UnsafeMutablePointer<ebur128_state>
+    private let filter: KWeighting
+    private var states: [KWeighting.State]
+    /// Each channel's weight in the sum of energies; 0: not counted.
+    private let weights: [Double]
     private let truePeakMeter: TruePeakMeter
     private var frames = 0
+    /// Frames in a 100-ms step (libebur128's rounding: (rate + 5) / 10).
     private let step: Int
     private var sinceStep = 0
+    /// Each channel's sum of squared K-weighted samples in the current step so far.
+    private var partial: [Double]
+    private var stepsDone = 0
+    /// The weighted sums of squares of the last 30 steps, a ring indexed by step number modulo 30.
+    private var recent = [Double](repeating: 0, count: 30)
+    /// Energies of the 400-ms gating blocks (one per step from the fourth on) and of the 3-s short-term
+    /// windows ending on whole seconds, at or above the absolute gate (−70 LUFS).
+    private var blocks: [Double] = []
+    private var shortTermBlocks: [Double] = []
     private var momentarySeries: [TimedValue] = []
     private var shortTermSeries: [TimedValue] = []
-    /// Whether a 100-ms step is a whole number of frames that libebur128's 100-ms window and its own blocks
-    /// agree on (rates that are multiples of 10 Hz): then momentary and short-term loudness at each step
-    /// are made from the last 4 and 30 step energies (`stepEnergies`), one 100-ms window read per step,
-    /// instead of asking libebur128 to sum the last 400 ms and 3 s again every 100 ms (a 3-s sum every
-    /// 100 ms was most of a loudness measurement's cost).
-    private let stepWindows: Bool
-    /// The mean K-weighted energy of each of the last (up to) 30 steps, oldest first.
-    private var stepEnergies: [Double] = []
+
+    /// Energy of −70 LUFS, the absolute gate.
+    static let absoluteGate = pow(10.0, (-70.0 + 0.691) / 10.0)
 
     public init(sampleRate: Double, channels: Int) throws {
         guard sampleRate.isFinite, sampleRate >= 8000, sampleRate <= 384_000 else {
             throw AudioError(.invalidFormat, "loudness needs a sample rate of 8–384 kHz, not \(sampleRate) Hz")
         }
         guard (1...64).contains(channels) else { throw AudioError(.invalidFormat, "loudness needs 1–64 channels, not \(channels)") }
-        // True peak is measured by TruePeakMeter: libebur128 interpolates every sample, which was about
-        // half of the cost of a loudness measurement.
-        let mode = Int32(EBUR128_MODE_I.rawValue | EBUR128_MODE_LRA.rawValue
-            | EBUR128_MODE_SAMPLE_PEAK.rawValue | EBUR128_MODE_M.rawValue | EBUR128_MODE_S.rawValue)
-        guard let st = ebur128_init(UInt32(channels), UInt(sampleRate.rounded()), mode) else {
-            throw AudioError(.invalidFormat, "libebur128 cannot measure \(channels) channels at \(sampleRate) Hz")
-        }
-        state = st
+        let rate = Int(sampleRate.rounded())
+        filter = KWeighting(sampleRate: Double(rate))
+        states = Array(repeating: KWeighting.State(), count: channels)
+        weights = LoudnessMeter.weights(channels: channels)
+        partial = Array(repeating: 0, count: channels)
         truePeakMeter = TruePeakMeter(channels: channels, sampleRate: sampleRate)
         self.sampleRate = sampleRate
         self.channels = channels
-        step = Int((sampleRate / 10).rounded())
-        stepWindows = sampleRate == sampleRate.rounded() && Int(sampleRate) % 10 == 0
-        stepEnergies.reserveCapacity(31)
-        let layout: [Int32]
-        switch channels {
-        case 3: layout = [EBUR128_LEFT, EBUR128_RIGHT, EBUR128_CENTER].map { Int32($0.rawValue) }
-        case 5: layout = [EBUR128_LEFT, EBUR128_RIGHT, EBUR128_CENTER, EBUR128_LEFT_SURROUND, EBUR128_RIGHT_SURROUND].map { Int32($0.rawValue) }
-        case 6: layout = [EBUR128_LEFT, EBUR128_RIGHT, EBUR128_CENTER, EBUR128_UNUSED, EBUR128_LEFT_SURROUND, EBUR128_RIGHT_SURROUND].map { Int32($0.rawValue) }
-        default: layout = []
-        }
-        for (i, c) in layout.enumerated() { _ = ebur128_set_channel(st, UInt32(i), c) }
+        step = (rate + 5) / 10
     }
 
-    deinit {
-        var st: UnsafeMutablePointer<ebur128_state>? = state
-        ebur128_destroy(&st)
+    /// L R C (1), LFE (0), Ls Rs (1.41); 4 channels are L R Ls Rs, 5 are L R C Ls Rs.
+    static func weights(channels: Int) -> [Double] {
+        if channels == 4 { return [1, 1, 1.41, 1.41] }
+        if channels == 5 { return [1, 1, 1, 1.41, 1.41] }
+        return (0..<channels).map { c in c < 3 ? 1 : c == 4 || c == 5 ? 1.41 : 0 }
     }
 
     /// Seconds appended so far.
@@ -105,84 +108,104 @@ public final class LoudnessMeter {
     /// Appends interleaved samples (`channels` per frame); sampled series advance every 100 ms.
     public func append(_ samples: [Float]) {
         samples.withUnsafeBufferPointer { buf in
+            guard let base = buf.baseAddress else { return }
             truePeakMeter.append(buf)
             var offset = 0
             let total = buf.count / channels
             while offset < total {
                 let n = min(total - offset, step - sinceStep)
-                _ = ebur128_add_frames_float(state, buf.baseAddress! + offset * channels, n)
+                for c in 0..<channels {
+                    partial[c] += filter.sumOfSquares(base + offset * channels + c, stride: channels, count: n, state: &states[c])
+                }
                 offset += n
                 sinceStep += n
                 frames += n
                 if sinceStep == step {
                     sinceStep = 0
-                    record()
+                    endStep()
                 }
             }
         }
     }
 
-    private func record() {
+    private func endStep() {
+        var sum = 0.0
+        for c in 0..<channels {
+            // Channel sums weighted as libebur128 weighs a block's (0 × a NaN would still count).
+            if weights[c] == 1 { sum += partial[c] } else if weights[c] != 0 { sum += partial[c] * weights[c] }
+            partial[c] = 0
+            states[c].flushDenormals()
+        }
+        recent[stepsDone % 30] = sum
+        stepsDone += 1
+        if stepsDone >= 4, let e = energy(steps: 4), e >= LoudnessMeter.absoluteGate { blocks.append(e) }
+        // Short-term windows for the loudness range: 3 s, every second.
+        if stepsDone >= 30 && stepsDone % 10 == 0, let e = energy(steps: 30), e >= LoudnessMeter.absoluteGate {
+            shortTermBlocks.append(e)
+        }
         let t = duration
-        if stepWindows {
-            var level = 0.0
-            // The window's loudness back to its energy (-inf: energy 0).
-            let energy = ebur128_loudness_window(state, 100, &level) == 0 && level.isFinite
-                ? Foundation.pow(10, (level + 0.691) / 10) : 0
-            stepEnergies.append(energy)
-            if stepEnergies.count > 30 { stepEnergies.removeFirst() }
-        }
-        if t >= 0.4 - 1e-9, let m = momentary {
-            momentarySeries.append(TimedValue(start: t - 0.4, end: t, value: m))
-        }
-        if t >= 3 - 1e-9, let s = shortTerm {
-            shortTermSeries.append(TimedValue(start: t - 3, end: t, value: s))
-        }
+        if let m = momentary { momentarySeries.append(TimedValue(start: t - 0.4, end: t, value: m)) }
+        if let s = shortTerm { shortTermSeries.append(TimedValue(start: t - 3, end: t, value: s)) }
     }
 
-    /// Loudness of the last 400 ms (nil before 400 ms or in silence).
-    public var momentary: Double? {
-        guard duration >= 0.4 - 1e-9 else { return nil }
-        return fromSteps(4) ?? finite { ebur128_loudness_momentary(state, &$0) }
-    }
-    /// Loudness of the last 3 s (nil before 3 s or in silence).
-    public var shortTerm: Double? {
-        guard duration >= 3 - 1e-9 else { return nil }
-        return fromSteps(30) ?? finite { ebur128_loudness_shortterm(state, &$0) }
+    /// Mean weighted energy of the last `count` whole steps (oldest first in the sum); nil before there are as many.
+    private func energy(steps count: Int) -> Double? {
+        guard stepsDone >= count else { return nil }
+        var sum = 0.0
+        for k in (stepsDone - count)..<stepsDone { sum += recent[k % 30] }
+        return sum / Double(count * step)
     }
 
-    /// The loudness of the last `count` steps from their energies, at a step boundary (nil elsewhere, and
-    /// when the steps are not kept); -inf (silence) is nil, as libebur128's own answer would be.
-    private func fromSteps(_ count: Int) -> Double?? {
-        guard stepWindows, sinceStep == 0, stepEnergies.count >= count else { return nil }
-        let energy = stepEnergies.suffix(count).reduce(0, +) / Double(count)
-        guard energy > 0 else { return .some(nil) }
-        // libebur128's energy-to-loudness formula.
-        let level = 10 * Foundation.log(energy) / Foundation.log(10.0) - 0.691
-        return .some(level.isFinite ? level : nil)
+    /// libebur128's energy-to-loudness formula; nil for silence.
+    static func loudness(_ energy: Double) -> Double? {
+        guard energy > 0 else { return nil }
+        let level = 10 * (Foundation.log(energy) / Foundation.log(10.0)) - 0.691
+        return level.isFinite ? level : nil
     }
 
-    private func finite(_ read: (inout Double) -> Int32) -> Double? {
-        var v = 0.0
-        guard read(&v) == 0, v.isFinite else { return nil }
-        return v
+    /// Loudness of the 400 ms that end at the last whole 100-ms step (nil before 400 ms or in silence).
+    public var momentary: Double? { energy(steps: 4).flatMap(LoudnessMeter.loudness) }
+    /// Loudness of the 3 s that end at the last whole 100-ms step (nil before 3 s or in silence).
+    public var shortTerm: Double? { energy(steps: 30).flatMap(LoudnessMeter.loudness) }
+
+    /// Gated loudness of `blocks` (BS.1770-4: the blocks within 10 LU of the ungated mean); nil without any.
+    static func integrated(_ blocks: [Double]) -> Double? {
+        guard !blocks.isEmpty else { return nil }
+        let gate = blocks.reduce(0, +) / Double(blocks.count) * pow(10.0, -10.0 / 10.0)
+        var sum = 0.0, count = 0
+        for e in blocks where e >= gate {
+            sum += e
+            count += 1
+        }
+        return count == 0 ? nil : loudness(sum / Double(count))
+    }
+
+    /// Loudness range (EBU Tech 3342) of short-term `blocks`: from the 10th to the 95th percentile of those
+    /// within 20 LU of their mean; 0 without any.
+    static func range(_ blocks: [Double]) -> Double {
+        guard !blocks.isEmpty else { return 0 }
+        let sorted = blocks.sorted()
+        let gate = sorted.reduce(0, +) / Double(sorted.count) * pow(10.0, -20.0 / 10.0)
+        let first = sorted.firstIndex { $0 >= gate } ?? sorted.count
+        let n = sorted.count - first
+        guard n > 0 else { return 0 }
+        let high = sorted[first + Int(Double(n - 1) * 0.95 + 0.5)]
+        let low = sorted[first + Int(Double(n - 1) * 0.1 + 0.5)]
+        guard let h = loudness(high), let l = loudness(low) else { return 0 }
+        return h - l
     }
 
     /// Everything measured so far.
     public func result() -> LoudnessResult {
-        var peak = -Double.infinity
-        for c in 0..<channels {
-            var p = 0.0
-            if ebur128_sample_peak(state, UInt32(c), &p) == 0 { peak = max(peak, p) }
-        }
+        let peak = Double(truePeakMeter.channelSamplePeaks.max() ?? 0)
         // The meter's peaks include the samples themselves.
         let truePeak = Double(truePeakMeter.channelPeaks.max() ?? 0)
         func dB(_ x: Double) -> Double? { x > 0 && x.isFinite ? 20 * log10(x) : nil }
-        let integrated = finite { ebur128_loudness_global(state, &$0) }
+        let integrated = LoudnessMeter.integrated(blocks)
         return LoudnessResult(
             integrated: integrated,
             // Without an integrated loudness (silence) there is no range either, though libebur128 says 0.
-            range: integrated == nil ? nil : finite { ebur128_loudness_range(state, &$0) },
+            range: integrated == nil ? nil : LoudnessMeter.range(shortTermBlocks),
             truePeak: dB(truePeak), samplePeak: dB(peak),
             maximumMomentary: momentarySeries.map(\.value).max(), maximumShortTerm: shortTermSeries.map(\.value).max(),
             momentary: momentarySeries, shortTerm: shortTermSeries,

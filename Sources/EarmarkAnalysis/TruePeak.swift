@@ -20,6 +20,7 @@ public final class TruePeakMeter {
     /// Per channel, the last taps − 1 samples of the previous buffer.
     private var history: [[Float]]
     private var peaks: [Float]
+    private var samplePeaks: [Float]
     /// Tests turn the skipping off to check that it changes nothing.
     var skips = true
 
@@ -54,6 +55,7 @@ public final class TruePeakMeter {
         gain = phases.map { $0.reduce(0) { $0 + abs($1) } }.max() ?? 1
         history = Array(repeating: [Float](repeating: 0, count: TruePeakMeter.taps - 1), count: channels)
         peaks = Array(repeating: 0, count: channels)
+        samplePeaks = peaks
     }
 
     /// Appends interleaved samples (`channels` per frame).
@@ -70,10 +72,11 @@ public final class TruePeakMeter {
             } else {
                 for f in 0..<frames { x.append(interleaved[f * channels + c]) }
             }
-            var best = peaks[c]
+            // The samples' own peak (the sample peak), which the true peak cannot be below.
             x.withUnsafeBufferPointer { x in
-                best = TruePeakMeter.absoluteMaximum(x, keep...(x.count - 1), atLeast: best)
+                samplePeaks[c] = TruePeakMeter.absoluteMaximum(x, keep...(x.count - 1), atLeast: samplePeaks[c])
             }
+            var best = max(peaks[c], samplePeaks[c])
             if !phases.isEmpty {
                 x.withUnsafeBufferPointer { x in
                     // Interpolate between samples n and n + 1 for n = half − 1 … count − half − 1 (taps need
@@ -160,4 +163,6 @@ public final class TruePeakMeter {
 
     /// The true peak of each channel so far (linear, 1 = full scale).
     public var channelPeaks: [Float] { peaks }
+    /// The largest absolute sample value of each channel so far (linear).
+    public var channelSamplePeaks: [Float] { samplePeaks }
 }

@@ -40,7 +40,13 @@ final class PeakPicker {
     private var freqMax: [Float]
     private var frames: [Int]
     private var candidates: [Peak] = []   // stage-2 queue, ordered by frame
+    /// The candidates' levels, apart, for the ranking's vector comparisons.
+    private var levels: [Float] = []
     private var firstUnranked = 0
+    /// The ranking window of the last candidate ranked: `candidates[windowStart..<windowEnd]` are within
+    /// ±rankRadius frames of it. Both only move forward (candidates are ranked in order of frame).
+    private var windowStart = 0
+    private var windowEnd = 0
     private(set) var peaks: [Peak] = []
     /// Every peak at or before this frame has been emitted to `peaks` (−1: none yet).
     private(set) var settledFrame = -1
@@ -149,7 +155,9 @@ final class PeakPicker {
                             if i < radius ? other >= v : other > v { isPeak = false; break }
                         }
                         if isPeak {
-                            candidates.append(Peak(frame: UInt32(center), bin: UInt16(k + minBin), rank: 0, level: 10 * log10f(v)))
+                            let level = 10 * log10f(v)
+                            candidates.append(Peak(frame: UInt32(center), bin: UInt16(k + minBin), rank: 0, level: level))
+                            levels.append(level)
                         }
                     }
                 }
@@ -161,27 +169,33 @@ final class PeakPicker {
     private func rank(upTo limit: Int) {
         let radius = config.rankRadius
         let cap = config.deepRankLimit
-        var lo = 0
         candidates.withUnsafeBufferPointer { c in
-            while firstUnranked < c.count, Int(c[firstUnranked].frame) <= limit {
-                // Only ranks below the cap are kept, so counting stops there.
-                let stronger = PeakRanking.strongerCount(of: firstUnranked, in: c, windowStart: &lo, radius: radius, cap: cap)
-                if stronger < cap {
-                    var p = c[firstUnranked]
-                    p.rank = UInt16(stronger)
-                    peaks.append(p)
+            levels.withUnsafeBufferPointer { l in
+                while firstUnranked < c.count, Int(c[firstUnranked].frame) <= limit {
+                    let f = Int(c[firstUnranked].frame)
+                    while Int(c[windowStart].frame) < f - radius { windowStart += 1 }
+                    windowEnd = max(windowEnd, firstUnranked + 1)
+                    while windowEnd < c.count, Int(c[windowEnd].frame) <= f + radius { windowEnd += 1 }
+                    // Only ranks below the cap are kept, so counting stops there.
+                    let stronger = PeakRanking.strongerCount(than: c[firstUnranked].level, levels: l.baseAddress!,
+                                                             window: windowStart..<windowEnd, cap: cap)
+                    if stronger < cap {
+                        var p = c[firstUnranked]
+                        p.rank = UInt16(stronger)
+                        peaks.append(p)
+                    }
+                    firstUnranked += 1
                 }
-                firstUnranked += 1
             }
         }
         settledFrame = max(settledFrame, min(limit, highestFrame))
-        // Keep only candidates that can still be neighbours of unranked ones.
-        let keepFrom = limit - radius
-        var drop = 0
-        while drop < firstUnranked, Int(candidates[drop].frame) < keepFrom { drop += 1 }
-        if drop > 1024 {
-            candidates.removeFirst(drop)
-            firstUnranked -= drop
+        // Candidates before the last window can no longer be in the window of one still to rank.
+        if windowStart > 1024 {
+            candidates.removeFirst(windowStart)
+            levels.removeFirst(windowStart)
+            firstUnranked -= windowStart
+            windowEnd -= windowStart
+            windowStart = 0
         }
     }
 

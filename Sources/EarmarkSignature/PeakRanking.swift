@@ -26,6 +26,33 @@ public enum PeakRanking {
         return out
     }
 
+    /// The number of `levels[window]` strictly above `level`, counted up to `cap`: ``strongerCount(of:in:windowStart:radius:cap:)``
+    /// for a window already found, eight levels at a time (the signature generator's ranking; the same counts:
+    /// a comparison per level either way, NaNs never counting).
+    @inline(__always)
+    static func strongerCount(than level: Float, levels: UnsafePointer<Float>, window: Range<Int>, cap: Int) -> Int {
+        var j = window.lowerBound
+        var count = 0
+        let raw = UnsafeRawPointer(levels)
+        let x = SIMD8<Float>(repeating: level)
+        while j + 32 <= window.upperBound {
+            // Four vectors, then one check against the cap.
+            var lanes = SIMD8<Int32>()
+            for q in 0..<4 {
+                let v = raw.loadUnaligned(fromByteOffset: (j + 8 * q) * MemoryLayout<Float>.stride, as: SIMD8<Float>.self)
+                lanes &+= SIMD8<Int32>().replacing(with: 1, where: v .> x)
+            }
+            count += Int(lanes.wrappedSum())
+            if count >= cap { return cap }
+            j += 32
+        }
+        while j < window.upperBound {
+            if levels[j] > level { count += 1 }
+            j += 1
+        }
+        return min(count, cap)
+    }
+
     /// The number of peaks of `c` (ordered by frame) within ±`radius` frames of `c[index]` and strictly
     /// louder than it, counted up to `cap` (ranks from `cap` up are all dropped). `lo` is the first index
     /// that can still be in a window: pass 0 first, then the value left by the call for the previous index.

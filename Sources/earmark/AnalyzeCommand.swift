@@ -7,7 +7,7 @@ struct AnalyzeCommand: AsyncParsableCommand {
         commandName: "analyze",
         abstract: "Measure music metadata of audio files: loudness, key, rhythm, structure, pace, instrument activity.",
         discussion: """
-        Loudness follows EBU R 128 / ITU-R BS.1770-4 (libebur128), measured on the file's own channels \
+        Loudness follows EBU R 128 / ITU-R BS.1770-4 (as libebur128 measures it), measured on the file's own channels \
         and sample rate: integrated loudness (LUFS), loudness range (LU), true peak (dBTP), sample \
         peak (dBFS), and momentary (400 ms) and short-term (3 s) loudness every 100 ms. Silence has no \
         loudness: those values are null.

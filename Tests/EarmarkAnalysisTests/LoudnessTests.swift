@@ -32,7 +32,7 @@ func measure(_ samples: [Float], channels: Int, rate: Double = 48_000) throws ->
     return meter.result()
 }
 
-@Suite("Loudness (EBU R 128 through libebur128)")
+@Suite("Loudness (EBU R 128)")
 struct LoudnessTests {
     @Test("EBU Tech 3341 cases 1, 2, 3 and 5: integrated loudness within ±0.1 LU")
     func integrated() throws {
