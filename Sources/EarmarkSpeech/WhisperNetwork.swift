@@ -130,7 +130,11 @@ public final class WhisperNetwork {
         // attention scores share the feed-forward buffer and the stem shares the query/key/value buffer.
         let qkvSize = max(3 * context * d, frames * d)
         let wideSize = max(4 * context * d, frames * mels * 3, context * d * 3, context * context)
-        let arena = buffer(max(3 * context * d + qkvSize + wideSize, 2 * a.textLayers * context * d))
+        // Left uninitialised: the encoder and prepareDecoder() write every value they read later, so the arena's 37 MB
+        // only become resident at the first window (after speech detection has freed its buffers, in `transcribe`).
+        let arenaSize = max(3 * context * d + qkvSize + wideSize, 2 * a.textLayers * context * d)
+        let arena = UnsafeMutablePointer<Float>.allocate(capacity: arenaSize)
+        made.append(arena)
         x = arena
         h = arena + context * d
         attended = arena + 2 * context * d
