@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
     --sets) sets="$2"; shift 2 ;;
     --model) model="$2"; shift 2 ;;
     --anchor) anchor="$2"; shift 2 ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "speech-eval.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
