@@ -2,8 +2,12 @@
 """Helper of tools/speech-eval.sh: builds the speech evaluation sets and scores transcripts.
 
   speech_eval.py build ROOT OUT COUNT   ROOT: the Debian packages unpacked (dpkg-deb -x); OUT: the sets
-  speech_eval.py score SET RESULTS BEAM RESULTS: earmark-speech-bench --json output; prints a Markdown table row
+  speech_eval.py score SET RESULTS BEAM [ANCHOR]
+                                        RESULTS: earmark-speech-bench --json output, ANCHOR: speech_anchor.py's on
+                                        the same files; prints a Markdown table row (WER and × real time of both)
                                         and adds the figures to summary.jsonl beside RESULTS
+  speech_eval.py compare SET RESULTS ANCHOR [N]
+                                        the N prompts (20) where the two transcripts differ, most extra errors first
 
 Sets (each a folder with files.txt, the audio files in order, and references.json, {file: text}):
   en-isolated  COUNT English prompts (16-kHz G.722 from asterisk-core-sounds-en-g722), sampled with a fixed seed
@@ -212,12 +216,9 @@ def build(root, out, count):
         write_set(out, "en-long", lang, [(long_path, " ".join(text.rstrip(".") + "." for _, text in items))])
 
 
-def score(set_dir, results, beam):
-    meta = json.load(open(os.path.join(set_dir, "references.json")))
-    lang, refs = meta["language"], meta["references"]
-    errors = total = 0
-    audio = seconds = 0.0
-    seen = 0
+def read_results(results):
+    """earmark-speech-bench --json (or speech_anchor.py) output: ({file: text}, audio seconds, processing seconds)."""
+    texts, audio, seconds = {}, 0.0, 0.0
     for line in open(results):
         line = line.strip()
         if not line.startswith("{"):
@@ -225,26 +226,67 @@ def score(set_dir, results, beam):
         r = json.loads(line)
         if "file" not in r:
             audio, seconds = r["audio"], r["seconds"]
-            continue
-        ref, hyp = words(refs[r["file"]], lang), words(r["text"], lang)
-        errors += distance(ref, hyp)
+        else:
+            texts[r["file"]] = r["text"]
+    return texts, audio, seconds
+
+
+def tally(lang, refs, texts):
+    errors = total = 0
+    for f, text in texts.items():
+        ref = words(refs[f], lang)
+        errors += distance(ref, words(text, lang))
         total += len(ref)
-        seen += 1
+    return errors, total
+
+
+def score(set_dir, results, beam, anchor=None):
+    meta = json.load(open(os.path.join(set_dir, "references.json")))
+    lang, refs = meta["language"], meta["references"]
+    texts, audio, seconds = read_results(results)
+    errors, total = tally(lang, refs, texts)
     name = os.path.basename(set_dir.rstrip("/"))
-    summary = {"set": name, "beam": beam, "files": seen, "words": total, "errors": errors,
+    summary = {"set": name, "beam": beam, "files": len(texts), "words": total, "errors": errors,
                "wer": 100.0 * errors / max(1, total), "audio": audio, "seconds": seconds,
                "realtime": audio / seconds if seconds else 0}
+    row = f"{summary['wer']:.1f} % | {summary['realtime']:.1f}"
+    if anchor:
+        a_texts, a_audio, a_seconds = read_results(anchor)
+        a_errors, a_total = tally(lang, refs, a_texts)
+        summary |= {"anchorWer": 100.0 * a_errors / max(1, a_total), "anchorErrors": a_errors, "anchorFiles": len(a_texts),
+                    "anchorRealtime": a_audio / a_seconds if a_seconds else 0}
+        row = (f"{summary['wer']:.1f} % | {summary['anchorWer']:.1f} % | {summary['realtime']:.1f} | "
+               f"{summary['anchorRealtime']:.1f}")
     with open(os.path.join(os.path.dirname(results), "summary.jsonl"), "a") as f:
         f.write(json.dumps(summary) + "\n")
-    prompts = f"1 file, {audio:.0f} s" if name == "en-long" else f"{seen}, {audio:.0f} s"
-    print(f"| {name} | {prompts} | {total} | {beam} | {summary['wer']:.1f} % | {summary['realtime']:.1f} |")
+    prompts = f"1 file, {audio:.0f} s" if name == "en-long" else f"{len(texts)}, {audio:.0f} s"
+    print(f"| {name} | {prompts} | {total} | {beam} | {row} |")
+
+
+def compare(set_dir, results, anchor, limit=20):
+    """The prompts where Earmark and the anchor differ, most extra errors first, with both texts normalised."""
+    meta = json.load(open(os.path.join(set_dir, "references.json")))
+    lang, refs = meta["language"], meta["references"]
+    ours, _, _ = read_results(results)
+    theirs, _, _ = read_results(anchor)
+    rows = []
+    for f in ours.keys() & theirs.keys():
+        ref, a, b = words(refs[f], lang), words(ours[f], lang), words(theirs[f], lang)
+        if a != b:
+            rows.append((distance(ref, a) - distance(ref, b), f, ref, a, b, ours[f], theirs[f]))
+    rows.sort(key=lambda r: -r[0])
+    print(f"{len(rows)} of {len(ours)} prompts differ; extra errors: {sum(r[0] for r in rows)}")
+    for extra, f, ref, a, b, ra, rb in rows[:limit]:
+        print(f"\n{extra:+d} {os.path.basename(f)}\n  ref:     {' '.join(ref)}\n  earmark: {ra}\n  anchor:  {rb}")
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "build":
         build(sys.argv[2], sys.argv[3], int(sys.argv[4]))
-    elif len(sys.argv) == 5 and sys.argv[1] == "score":
-        score(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif len(sys.argv) in (5, 6) and sys.argv[1] == "score":
+        score(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] if len(sys.argv) == 6 else None)
+    elif len(sys.argv) in (5, 6) and sys.argv[1] == "compare":
+        compare(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]) if len(sys.argv) == 6 else 20)
     elif len(sys.argv) == 3 and sys.argv[1] == "words":
         print(" ".join(words(sys.stdin.read(), sys.argv[2])))
     else:

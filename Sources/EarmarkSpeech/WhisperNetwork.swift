@@ -47,8 +47,10 @@ public final class WhisperNetwork {
     private let wide: UnsafeMutablePointer<Float>
     private let scores: UnsafeMutablePointer<Float>
     private let encoded: UnsafeMutablePointer<Float>
-    /// The encoder's output for the last window, `audioContext × audioState` (valid until the next ``encode(window:)``).
-    public var encoderOutput: UnsafeBufferPointer<Float> { UnsafeBufferPointer(start: encoded, count: context * d) }
+    /// The encoder's output for the last window, `encodedPositions × audioState` (valid until the next ``encode(window:frames:)``).
+    public var encoderOutput: UnsafeBufferPointer<Float> { UnsafeBufferPointer(start: encoded, count: encodedPositions * d) }
+    /// Encoder positions of the last window (`audioContext`, 1500, for a whole window; half the frames encoded).
+    public private(set) var encodedPositions: Int
 
     // Decoder state.
     private let crossKeys: UnsafeMutablePointer<Float>
@@ -57,7 +59,7 @@ public final class WhisperNetwork {
     /// several candidates): slot s, layer l starts at `(s · layers + l) · textContext · d`.
     private var selfKeys: UnsafeMutablePointer<Float>
     private var selfValues: UnsafeMutablePointer<Float>
-    /// Per-row scratch of a step (rows ≤ ``slots``).
+    /// Per-row scratch of a step (rows ≤ max(``slots``, ``prefillRows``)).
     private var tx: UnsafeMutablePointer<Float>
     private var th: UnsafeMutablePointer<Float>
     private var tqkv: UnsafeMutablePointer<Float>
@@ -89,6 +91,7 @@ public final class WhisperNetwork {
         mels = a.melBands
         vocabulary = a.vocabularySize
         textContext = a.textContext
+        encodedPositions = a.audioContext
         func linear(_ p: String, _ rows: Int, _ cols: Int) -> Linear {
             Linear(weight: model.tensor(p + "/weight"), bias: model.tensor(p + "/bias"), rows: rows, cols: cols)
         }
@@ -127,7 +130,11 @@ public final class WhisperNetwork {
         // attention scores share the feed-forward buffer and the stem shares the query/key/value buffer.
         let qkvSize = max(3 * context * d, frames * d)
         let wideSize = max(4 * context * d, frames * mels * 3, context * d * 3, context * context)
-        let arena = buffer(max(3 * context * d + qkvSize + wideSize, 2 * a.textLayers * context * d))
+        // Left uninitialised: the encoder and prepareDecoder() write every value they read later, so the arena's 37 MB
+        // only become resident at the first window (after speech detection has freed its buffers, in `transcribe`).
+        let arenaSize = max(3 * context * d + qkvSize + wideSize, 2 * a.textLayers * context * d)
+        let arena = UnsafeMutablePointer<Float>.allocate(capacity: arenaSize)
+        made.append(arena)
         x = arena
         h = arena + context * d
         attended = arena + 2 * context * d
@@ -160,9 +167,11 @@ public final class WhisperNetwork {
             p.initialize(repeating: 0, count: max(1, count))
             return p
         }
-        let cache = slots * layers * textContext * d
-        return (buffer(cache), buffer(cache), buffer(slots * d), buffer(slots * d), buffer(slots * 3 * d), buffer(slots * d),
-                buffer(slots * 4 * d), buffer(slots * vocabulary))
+        let cache = slots * layers * textContext * d, rows = max(slots, prefillRows)
+        // The caches are left uninitialised: a position is written before it is read, and the pages of positions no
+        // sequence reaches are never touched, so they cost no memory (a prompt uses a few dozen of the 448).
+        return (.allocate(capacity: cache), .allocate(capacity: cache), buffer(rows * d), buffer(rows * d), buffer(rows * 3 * d),
+                buffer(rows * d), buffer(rows * 4 * d), buffer(slots * vocabulary))
     }
 
     /// Makes room for `count` sequences decoded side by side (cache slots and step rows); slots already in use
@@ -171,9 +180,12 @@ public final class WhisperNetwork {
         guard count > slots else { return }
         let layers = decoderLayers.count
         let fresh = WhisperNetwork.rowBuffers(slots: count, layers: layers, textContext: textContext, d: d, vocabulary: vocabulary)
-        let cache = slots * layers * textContext * d
-        fresh.0.update(from: selfKeys, count: cache)
-        fresh.1.update(from: selfValues, count: cache)
+        // Only the positions read so far are copied (the rest of the old caches may never have been written).
+        for block in 0..<(slots * layers) {
+            let offset = block * textContext * d
+            (fresh.0 + offset).update(from: selfKeys + offset, count: position * d)
+            (fresh.1 + offset).update(from: selfValues + offset, count: position * d)
+        }
         for p in [selfKeys, selfValues, tx, th, tqkv, ta, tf, logitsBuffer] { p.deallocate() }
         (selfKeys, selfValues, tx, th, tqkv, ta, tf, logitsBuffer) = fresh
         slots = count
@@ -194,9 +206,14 @@ public final class WhisperNetwork {
     // MARK: Encoder
 
     /// Runs the encoder on one window of `chunkFrames × melBands` log-mel values (frame-major); the
-    /// result is in ``encoderOutput``.
-    public func encode(window mel: UnsafePointer<Float>) {
-        let F = frames, M = mels, d = self.d
+    /// result is in ``encoderOutput``. With `frames` (even, at most `chunkFrames`), only the window's first `frames`
+    /// frames are read and `frames / 2` positions come out: Whisper's network on a shorter context, which costs
+    /// less than the whole window in proportion (attention: in its square) but is not exactly what the whole
+    /// window gives.
+    public func encode(window mel: UnsafePointer<Float>, frames encodedFrames: Int? = nil) {
+        let F = max(2, min(frames, (encodedFrames ?? frames) / 2 * 2)), M = mels, d = self.d
+        let context = F / 2
+        encodedPositions = context
         // conv1 (kernel 3, padding 1) as one GEMM.
         WhisperNetwork.unfold(mel, frames: F, channels: M, stride: 1, outputFrames: F, into: columns)
         WhisperNetwork.affine(columns, rows: F, conv1, into: stem, accumulate: false)
@@ -236,8 +253,8 @@ public final class WhisperNetwork {
             let kv = layer.crossKeyValue
             let keys = Linear(weight: kv.weight, bias: kv.bias, rows: d, cols: d)
             let values = Linear(weight: kv.weight + d * d, bias: kv.bias + d, rows: d, cols: d)
-            WhisperNetwork.affine(encoded, rows: context, keys, into: crossKeys + l * context * d, accumulate: false)
-            WhisperNetwork.affine(encoded, rows: context, values, into: crossValues + l * context * d, accumulate: false)
+            WhisperNetwork.affine(encoded, rows: encodedPositions, keys, into: crossKeys + l * context * d, accumulate: false)
+            WhisperNetwork.affine(encoded, rows: encodedPositions, values, into: crossValues + l * context * d, accumulate: false)
         }
         position = 0
     }
@@ -270,11 +287,41 @@ public final class WhisperNetwork {
         let rows = tokens.count
         precondition(position < textContext && rows >= 1 && rows <= slots && rowSlots.count == rows)
         precondition(capture == nil || rows == 1)
-        let d = self.d, p = position, scale = 1 / Float(headSize).squareRoot(), layers = decoderLayers.count
+        forward(rows: rows, token: { tokens[$0] }, slot: { rowSlots[$0] }, position: { _ in self.position }, logits: true)
+        position += 1
+        return logitsBuffer
+    }
+
+    /// Reads several tokens of one sequence (slot 0) at the next positions, ``prefillRows`` at a time, each layer's
+    /// weights once per group instead of once per token, and returns the logits after the last token (valid until
+    /// the next call). Used for a prompt of earlier text; the result is what as many ``step(_:)`` calls give, up to
+    /// the order of the sums. Precondition: `position + tokens.count ≤ textContext`, no slot but 0 in use.
+    @discardableResult
+    public func prefill(_ tokens: [Int]) -> UnsafeMutablePointer<Float> {
+        precondition(!tokens.isEmpty && position + tokens.count <= textContext && capture == nil)
+        var start = 0
+        while start < tokens.count {
+            let rows = min(WhisperNetwork.prefillRows, tokens.count - start), first = position
+            let last = start + rows == tokens.count
+            forward(rows: rows, token: { tokens[start + $0] }, slot: { _ in 0 }, position: { first + $0 }, logits: last)
+            position += rows
+            start += rows
+        }
+        return logitsBuffer
+    }
+
+    /// Rows of one prefill group (the step scratch holds at least this many rows).
+    static let prefillRows = 32
+
+    /// One decoder pass over `rows` rows: row r reads `token(r)` at `position(r)` with the cache of `slot(r)` (rows
+    /// of one slot in increasing positions, each seeing the ones before it). With `logits`, the last row's logits
+    /// (or every row's, when the rows are distinct slots at one position) go to ``logitsBuffer``.
+    private func forward(rows: Int, token: (Int) -> Int, slot: (Int) -> Int, position: (Int) -> Int, logits: Bool) {
+        let d = self.d, scale = 1 / Float(headSize).squareRoot(), layers = decoderLayers.count
         for r in 0..<rows {
-            let token = tokens[r]
-            precondition(token >= 0 && token < vocabulary && rowSlots[r] >= 0 && rowSlots[r] < slots)
-            let e = embeddings + token * d, pe = decoderPositions + p * d, x = tx + r * d
+            let t = token(r), pos = position(r)
+            precondition(t >= 0 && t < vocabulary && slot(r) >= 0 && slot(r) < slots && pos < textContext)
+            let e = embeddings + t * d, pe = decoderPositions + pos * d, x = tx + r * d
             for i in 0..<d { x[i] = e[i] + pe[i] }
         }
         for (l, layer) in decoderLayers.enumerated() {
@@ -282,7 +329,7 @@ public final class WhisperNetwork {
             WhisperNetwork.layerNorm(tx, rows: rows, width: d, layer.selfNorm, into: th)
             WhisperNetwork.linear(th, rows: rows, layer.qkv, into: tqkv, accumulate: false)
             for r in 0..<rows {
-                let offset = (rowSlots[r] * layers + l) * textContext * d
+                let offset = (slot(r) * layers + l) * textContext * d, p = position(r)
                 let keys = selfKeys + offset, values = selfValues + offset, q = tqkv + r * 3 * d
                 (keys + p * d).update(from: q + d, count: d)
                 (values + p * d).update(from: q + 2 * d, count: d)
@@ -293,7 +340,7 @@ public final class WhisperNetwork {
             WhisperNetwork.layerNorm(tx, rows: rows, width: d, layer.crossNorm, into: th)
             WhisperNetwork.linear(th, rows: rows, layer.crossQuery, into: tqkv, accumulate: false)
             for r in 0..<rows {
-                attend(query: tqkv + r * d, keys: crossKeys + l * context * d, values: crossValues + l * context * d, count: context,
+                attend(query: tqkv + r * d, keys: crossKeys + l * context * d, values: crossValues + l * context * d, count: encodedPositions,
                        scale: scale, into: ta + r * d, captureLayer: capture == nil ? nil : l)
             }
             WhisperNetwork.linear(ta, rows: rows, layer.crossOutput, into: tx, accumulate: true)
@@ -303,25 +350,28 @@ public final class WhisperNetwork {
             WhisperNetwork.gelu(tf, count: rows * 4 * d)
             WhisperNetwork.linear(tf, rows: rows, layer.ffn1, into: tx, accumulate: true)
         }
-        WhisperNetwork.layerNorm(tx, rows: rows, width: d, decoderNorm, into: th)
         // The output projection is the token embedding matrix (not needed while only attention is collected).
-        if capture == nil {
-            if rows == 1 {
-                cblas_sgemv(CblasRowMajor, CblasNoTrans, Int32(vocabulary), Int32(d), 1, embeddings, Int32(d), th, 1, 0, logitsBuffer, 1)
-            } else {
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(rows), Int32(vocabulary), Int32(d), 1,
-                            th, Int32(d), embeddings, Int32(d), 0, logitsBuffer, Int32(vocabulary))
-            }
+        guard capture == nil, logits else { return }
+        let sameSlot = rows > 1 && slot(0) == slot(1)
+        if sameSlot {
+            // A prefill group: only the last position's logits are wanted.
+            WhisperNetwork.layerNorm(tx + (rows - 1) * d, rows: 1, width: d, decoderNorm, into: th)
+        } else {
+            WhisperNetwork.layerNorm(tx, rows: rows, width: d, decoderNorm, into: th)
         }
-        position += 1
-        return logitsBuffer
+        if rows == 1 || sameSlot {
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, Int32(vocabulary), Int32(d), 1, embeddings, Int32(d), th, 1, 0, logitsBuffer, 1)
+        } else {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(rows), Int32(vocabulary), Int32(d), 1,
+                        th, Int32(d), embeddings, Int32(d), 0, logitsBuffer, Int32(vocabulary))
+        }
     }
 
     /// Reads `tokens` from position 0 (after ``prepareDecoder()``) and returns the cross-attention logits
     /// (scaled query · key, before the softmax) of `heads` over the first `frames` encoder positions, laid out
     /// `[head][token][frame]`. The decoder's token cache is left holding `tokens`.
     public func crossAttentionLogits(tokens: [Int], heads wanted: [(layer: Int, head: Int)], frames: Int) -> [Float] {
-        let frames = max(0, min(frames, context))
+        let frames = max(0, min(frames, encodedPositions))
         precondition(tokens.count <= textContext)
         var out = [Float](repeating: 0, count: wanted.count * tokens.count * frames)
         captureIndex = [Int](repeating: -1, count: decoderLayers.count * heads)

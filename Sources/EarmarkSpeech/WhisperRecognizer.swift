@@ -32,6 +32,19 @@ public struct TranscriptionOptions: Sendable, Equatable {
     public var compressionRatioThreshold: Double? = 2.4
     /// Seed of the sampling at temperatures above 0: the same seed, audio and options give the same transcript.
     public var seed: UInt64 = 0
+    /// Give the decoder the text of the windows before (in the same stretch of speech) as a prompt,
+    /// `<|startofprev|>` and at most the last 223 of their tokens, as Whisper's and faster-whisper's `transcribe`
+    /// do by default (it keeps names and numbers spelled alike from window to window). Default true.
+    public var conditionOnPreviousText = true
+    /// The prompt of earlier text is dropped after a window whose decoding needed a temperature above this
+    /// (faster-whisper's 0.5): text that only sampling could produce is a poor guide.
+    public var promptResetOnTemperature = 0.5
+    /// For a window shorter than 30 s (a short recording, or the end of a long one), encode only its audio and this
+    /// many seconds of the zero padding after it, instead of the whole 30-s window (nil). The encoder's cost falls
+    /// with the frames left out (its attention with their square); the network then reads a shorter context than it
+    /// was trained on, so this is not exactly Whisper's computation (see docs/speech.md for what it does to the
+    /// word error rate).
+    public var shortWindowPadding: Double? = nil
 
     /// Options with Whisper's usual guards; `beamSize` 1 decodes greedily.
     public init(language: String? = nil, wordTimestamps: Bool = false, beamSize: Int = 5) {
@@ -183,10 +196,18 @@ public final class WhisperRecognizer {
         let secondsPerFrame = Double(spec.hopLength) / Double(spec.sampleRate)
         var segments: [TranscriptSegment] = []
         var seek = 0
+        // Tokens of the segments kept so far and where the prompt of earlier text starts in them.
+        var history: [Int] = []
+        var promptStart = 0
+        let promptLimit = model.architecture.textContext / 2 - 1
         while seek < mel.frames {
             let size = min(spec.chunkFrames, mel.frames - seek)
             let window = mel.window(start: seek, length: spec.chunkFrames)
-            let result = decode(window: window, language: language, options: options)
+            let previous = options.conditionOnPreviousText ? Array(history[promptStart...].suffix(promptLimit)) : []
+            let encoded = options.shortWindowPadding.map { pad in
+                min(spec.chunkFrames, size + Int((max(0, pad) / secondsPerFrame).rounded(.up)))
+            }
+            let result = decode(window: window, language: language, options: options, previous: previous, frames: encoded)
             if language == nil {
                 language = result.language
                 languageProbability = result.languageProbability
@@ -203,7 +224,10 @@ public final class WhisperRecognizer {
             if options.wordTimestamps {
                 addWords(to: &found, language: result.language, windowFrames: size, offset: windowOffset)
             }
-            segments += found.filter { !$0.text.trimmingCharacters(in: .whitespaces).isEmpty }
+            let kept = found.filter { !$0.text.trimmingCharacters(in: .whitespaces).isEmpty }
+            segments += kept
+            history += kept.flatMap(\.tokens)
+            if result.temperature > options.promptResetOnTemperature { promptStart = history.count }
             seek += max(1, advance)
             progress(Double(min(seek, mel.frames)) / Double(max(1, mel.frames)))
         }
@@ -377,38 +401,40 @@ public final class WhisperRecognizer {
         return Array(network.encoderOutput)
     }
 
-    /// Encodes one window and decodes it: language detection (when `language` is nil), then tokens.
-    public func decode(window: [Float], language: String?, options: TranscriptionOptions = TranscriptionOptions()) -> WindowDecoding {
+    /// Encodes one window and decodes it: language detection (when `language` is nil), then tokens; `previous` as in
+    /// ``decodeEncodedWindow(language:options:previous:)``, `frames` (the window's first frames only) as in
+    /// ``WhisperNetwork/encode(window:frames:)``.
+    public func decode(window: [Float], language: String?, options: TranscriptionOptions = TranscriptionOptions(),
+                       previous: [Int] = [], frames: Int? = nil) -> WindowDecoding {
         precondition(window.count == model.frontEnd.chunkFrames * model.frontEnd.melBands)
-        window.withUnsafeBufferPointer { network.encode(window: $0.baseAddress!) }
-        return decodeEncodedWindow(language: language, options: options)
+        window.withUnsafeBufferPointer { network.encode(window: $0.baseAddress!, frames: frames) }
+        return decodeEncodedWindow(language: language, options: options, previous: previous)
     }
 
     /// Decodes the window the network encoded last (``encode(window:)`` or ``decode(window:language:options:)``) again:
     /// the prompt once, then each of the options' temperatures until a decoding passes the guards (the last one is
-    /// kept when none does).
-    public func decodeEncodedWindow(language: String?, options: TranscriptionOptions = TranscriptionOptions()) -> WindowDecoding {
+    /// kept when none does, faster-whisper's choice: the likeliest of those that are not repetitive, else of all).
+    /// `previous`: tokens of the text before (``TranscriptionOptions/conditionOnPreviousText``), read after
+    /// `<|startofprev|>` ahead of the prompt; the no-speech probability is then read where `<|startoftranscript|>`
+    /// follows them, and the language (when `language` is nil) without them.
+    public func decodeEncodedWindow(language: String?, options: TranscriptionOptions = TranscriptionOptions(),
+                                    previous: [Int] = []) -> WindowDecoding {
         network.prepareDecoder()
         let special = model.special, vocabularySize = model.architecture.vocabularySize
-        // <|startoftranscript|>: its logits give the language and the no-speech probability.
-        let first = network.step(special.startOfTranscript)
-        let noSpeech = Double(WhisperRecognizer.probability(of: special.noSpeech, logits: first, count: vocabularySize))
-        var chosen: WhisperLanguage
-        var languageProbability = 1.0
-        if let code = language, let known = model.language(code: code) {
-            chosen = known
-        } else {
-            var top = -Float.infinity
-            for l in model.languages { top = max(top, first[l.token]) }
-            var sum: Double = 0
-            for l in model.languages { sum += exp(Double(first[l.token] - top)) }
-            chosen = model.languages[0]
-            var best = -Float.infinity
-            for l in model.languages where first[l.token] > best {
-                best = first[l.token]
-                chosen = l
-            }
-            languageProbability = 1 / sum
+        // <|startoftranscript|> alone: its logits give the language (and the no-speech probability without earlier text).
+        var chosen = model.languages[0]
+        var languageProbability = 1.0, noSpeech = 0.0
+        let known = language.flatMap { model.language(code: $0) }
+        if known == nil || previous.isEmpty {
+            let first = network.step(special.startOfTranscript)
+            noSpeech = Double(WhisperRecognizer.probability(of: special.noSpeech, logits: first, count: vocabularySize))
+            if known == nil { (chosen, languageProbability) = detectLanguage(first) }
+        }
+        if let known { chosen = known }
+        if !previous.isEmpty {
+            network.rewind(to: 0)
+            let afterPrevious = network.prefill([special.startOfPrevious] + previous + [special.startOfTranscript])
+            noSpeech = Double(WhisperRecognizer.probability(of: special.noSpeech, logits: afterPrevious, count: vocabularySize))
         }
         network.step(chosen.token)
         let logits = network.step(special.transcribe)
@@ -417,6 +443,7 @@ public final class WhisperRecognizer {
         let temperatures = options.temperatures.isEmpty ? [0] : options.temperatures
         var result = WindowDecoding(language: chosen.code, languageProbability: languageProbability, noSpeechProbability: noSpeech,
                                     tokens: [], averageLogProbability: 0)
+        var attempts: [WindowDecoding] = []
         for (attempt, temperature) in temperatures.enumerated() {
             network.rewind(to: promptLength)
             let found: (tokens: [Int], logProbability: Double)
@@ -430,9 +457,38 @@ public final class WhisperRecognizer {
             result.averageLogProbability = found.logProbability / Double(found.tokens.count + 1)
             result.temperature = temperature
             result.compressionRatio = WhisperRecognizer.compressionRatio(model.tokenizer.decode(found.tokens))
-            if !WhisperRecognizer.needsFallback(result, options: options) { break }
+            if !WhisperRecognizer.needsFallback(result, options: options) { return result }
+            attempts.append(result)
         }
-        return result
+        return WhisperRecognizer.bestAttempt(attempts, options: options) ?? result
+    }
+
+    /// The decoding kept when every temperature failed the guards (faster-whisper's choice): the highest mean
+    /// log-probability among those whose text is not repetitive, or among all when every one is; it keeps the
+    /// last temperature tried, so the prompt of earlier text is dropped after it.
+    static func bestAttempt(_ attempts: [WindowDecoding], options: TranscriptionOptions) -> WindowDecoding? {
+        guard let last = attempts.last else { return nil }
+        let plain = attempts.filter { a in options.compressionRatioThreshold.map { a.compressionRatio <= $0 } ?? true }
+        let pool = plain.isEmpty ? attempts : plain
+        var best = pool[0]
+        for a in pool.dropFirst() where a.averageLogProbability > best.averageLogProbability { best = a }
+        best.temperature = last.temperature
+        return best
+    }
+
+    /// The likeliest language token after `<|startoftranscript|>` and its probability among the model's languages.
+    private func detectLanguage(_ logits: UnsafePointer<Float>) -> (WhisperLanguage, Double) {
+        var top = -Float.infinity
+        for l in model.languages { top = max(top, logits[l.token]) }
+        var sum: Double = 0
+        for l in model.languages { sum += exp(Double(logits[l.token] - top)) }
+        var chosen = model.languages[0]
+        var best = -Float.infinity
+        for l in model.languages where logits[l.token] > best {
+            best = logits[l.token]
+            chosen = l
+        }
+        return (chosen, 1 / sum)
     }
 
     /// Whisper's rule for trying the next temperature: the text is too repetitive (compression ratio above the
@@ -543,7 +599,7 @@ public final class WhisperRecognizer {
                     if next.count == beams { break }
                 }
             }
-            for e in ended where finished.count < beams { finished.append(e) }
+            finished += ended  // all of them, as CTranslate2 registers every beam that ends, then ranks them
             length += 1
             if finished.count >= beams || next.isEmpty || length >= limit || network.position >= model.architecture.textContext {
                 if finished.count < beams {

@@ -1,10 +1,12 @@
 // earmark-speech-bench: speed of the Whisper recogniser on real recordings, stage by stage.
-//   earmark-speech-bench [--model PATH] [--language CODE] [--beam N] [--words] [--detect SOUND-MODEL] [--json] FILE...
+//   earmark-speech-bench [--model PATH] [--language CODE] [--beam N] [--words] [--detect SOUND-MODEL] [--json]
+//                        [--short-padding SECONDS] [--no-previous-text] FILE...
 // Prints, per file, the seconds spent in the front end, the encoder and the decoder, the transcript, and
 // × real time (audio seconds / processing seconds, model loading excluded; it is printed on its own).
 // --beam N: beams of the beam search (default 5; 1 decodes greedily). --words times every word; --detect finds
 // the speech with the sound model first (its time is included). --json: one JSON object a line per file
 // ({file, audio, seconds, language, text}) instead, then {audio, seconds} for all (tools/speech-eval.sh reads it).
+// --short-padding S: TranscriptionOptions.shortWindowPadding; --no-previous-text: conditionOnPreviousText off.
 import EarmarkKit
 import Foundation
 
@@ -15,6 +17,8 @@ var words = false
 var soundModelPath: String?
 var beam = 5
 var json = false
+var shortPadding: Double?
+var previousText = true
 var args = CommandLine.arguments.dropFirst().makeIterator()
 while let a = args.next() {
     switch a {
@@ -24,8 +28,11 @@ while let a = args.next() {
     case "--detect": soundModelPath = args.next()
     case "--beam": beam = args.next().flatMap { Int($0) }.map { max(1, $0) } ?? beam
     case "--json": json = true
+    case "--short-padding": shortPadding = args.next().flatMap { Double($0) }
+    case "--no-previous-text": previousText = false
     case "-h", "--help":
-        print("usage: earmark-speech-bench [--model PATH] [--language CODE] [--beam N] [--words] [--detect SOUND-MODEL] [--json] FILE...")
+        print("usage: earmark-speech-bench [--model PATH] [--language CODE] [--beam N] [--words] [--detect SOUND-MODEL] [--json] "
+              + "[--short-padding SECONDS] [--no-previous-text] FILE...")
         exit(0)
     default: files.append(a)
     }
@@ -59,8 +66,10 @@ do {
         start = clock.now
         let speech = try detector?.ranges(samples: samples, sampleRate: recognizer.sampleRate)
         let detectTime = seconds(clock.now - start)
-        let result = try recognizer.transcribe(samples: samples, options: TranscriptionOptions(language: language, wordTimestamps: words, beamSize: beam),
-                                               speech: speech)
+        var options = TranscriptionOptions(language: language, wordTimestamps: words, beamSize: beam)
+        options.shortWindowPadding = shortPadding
+        options.conditionOnPreviousText = previousText
+        let result = try recognizer.transcribe(samples: samples, options: options, speech: speech)
         let total = seconds(clock.now - start)
         totalAudio += audio
         totalTime += total

@@ -31,6 +31,28 @@ struct WhisperFallbackRuleTests {
         #expect(WhisperRecognizer.needsFallback(Self.decoding(logProbability: -1.2, compression: 1.4, noSpeech: 0.99), options: off))
     }
 
+    @Test("when every temperature fails, the likeliest decoding that is not repetitive is kept, with the last temperature")
+    func bestAttemptWhenAllFail() {
+        let options = TranscriptionOptions()
+        func attempt(_ logProbability: Double, _ compression: Double, _ temperature: Double) -> WindowDecoding {
+            var d = Self.decoding(logProbability: logProbability, compression: compression)
+            d.temperature = temperature
+            return d
+        }
+        #expect(WhisperRecognizer.bestAttempt([], options: options) == nil)
+        // The likeliest is repetitive: the likeliest of the others wins (faster-whisper's rule; Whisper keeps the last).
+        let attempts = [attempt(-1.5, 1.3, 0), attempt(-0.2, 3.1, 0.2), attempt(-1.1, 1.6, 0.4), attempt(-1.4, 1.2, 0.6)]
+        let best = WhisperRecognizer.bestAttempt(attempts, options: options)
+        #expect(best?.averageLogProbability == -1.1 && best?.compressionRatio == 1.6)
+        #expect(best?.temperature == 0.6, "the last temperature is reported, so the prompt of earlier text is dropped")
+        // All repetitive: the likeliest of all.
+        let looping = [attempt(-1.5, 2.6, 0), attempt(-1.2, 2.9, 0.2), attempt(-1.3, 3.5, 0.4)]
+        #expect(WhisperRecognizer.bestAttempt(looping, options: options)?.averageLogProbability == -1.2)
+        // Ties keep the earliest.
+        let tied = [attempt(-1.2, 1.0, 0), attempt(-1.2, 1.1, 0.2)]
+        #expect(WhisperRecognizer.bestAttempt(tied, options: options)?.compressionRatio == 1.0)
+    }
+
     @Test("compression ratio: ordinary sentences stay under 2.4, a phrase looping goes over it")
     func compressionRatio() {
         #expect(WhisperRecognizer.compressionRatio("") == 0)
@@ -118,7 +140,43 @@ struct WhisperBeamSearchTests {
         }
     }
 
-    @Test("a forced fallback runs every temperature, samples reproducibly and keeps the last decoding")
+    @Test("earlier text read in groups (prefill) gives the logits of reading it token by token, and decoding after it still works")
+    func prefillMatchesSteps() throws {
+        let recognizer = WhisperRecognizer(model: try TestSpeechModel.model())
+        let network = recognizer.network, special = recognizer.model.special
+        let vocabularySize = recognizer.model.architecture.vocabularySize
+        let samples = try SpeechAudio.load(path: try SpeechPrompts.path("conf-onlyperson"))
+        let window = recognizer.frontEnd.spectrogram(samples).window(start: 0, length: recognizer.model.frontEnd.chunkFrames)
+        var greedy = TranscriptionOptions(language: "en", beamSize: 1)
+        greedy.temperatures = [0]
+        let decoded = recognizer.decode(window: window, language: "en", options: greedy)
+        #expect(Self.words(recognizer.model.tokenizer.decode(decoded.tokens)) == Self.words(try SpeechPrompts.transcript("conf-onlyperson")))
+        // More than two groups of earlier text (text and time tokens), then the prompt.
+        var previous: [Int] = []
+        while previous.count < 2 * WhisperNetwork.prefillRows + 5 { previous += decoded.tokens }
+        let sequence = [special.startOfPrevious] + previous + [special.startOfTranscript]
+        let english = recognizer.model.language(code: "en")!.token
+        network.prepareDecoder()
+        var stepped: [Float] = []
+        for t in sequence { stepped = Array(UnsafeBufferPointer(start: network.step(t), count: vocabularySize)) }
+        let steppedNext = Array(UnsafeBufferPointer(start: network.step(english), count: vocabularySize))
+        network.prepareDecoder()
+        let filled = Array(UnsafeBufferPointer(start: network.prefill(sequence), count: vocabularySize))
+        #expect(network.position == sequence.count)
+        let filledNext = Array(UnsafeBufferPointer(start: network.step(english), count: vocabularySize))
+        for (a, b) in [(stepped, filled), (steppedNext, filledNext)] {
+            let scale = a.map { abs($0) }.max()!
+            let error = zip(a, b).map { abs($0 - $1) }.max()!
+            #expect(error < 1e-3 * scale, "prefill differs from steps by \(error) of \(scale)")
+            #expect(a.indices.max { a[$0] < a[$1] } == b.indices.max { b[$0] < b[$1] })
+        }
+        // The window decoded after its own text as earlier text still says the same.
+        let again = recognizer.decodeEncodedWindow(language: "en", options: greedy, previous: decoded.tokens)
+        #expect(Self.words(recognizer.model.tokenizer.decode(again.tokens)) == Self.words(try SpeechPrompts.transcript("conf-onlyperson")))
+        #expect(again.noSpeechProbability >= 0 && again.noSpeechProbability < 0.5)
+    }
+
+    @Test("a forced fallback runs every temperature, samples reproducibly and keeps the likeliest decoding")
     func forcedFallback() throws {
         let recognizer = WhisperRecognizer(model: try TestSpeechModel.model())
         let samples = try SpeechAudio.load(path: try SpeechPrompts.path("conf-onlyperson"))
