@@ -43,10 +43,8 @@ final class PeakPicker {
     /// The candidates' levels, apart, for the ranking's vector comparisons.
     private var levels: [Float] = []
     private var firstUnranked = 0
-    /// The ranking window of the last candidate ranked: `candidates[windowStart..<windowEnd]` are within
-    /// ±rankRadius frames of it. Both only move forward (candidates are ranked in order of frame).
-    private var windowStart = 0
-    private var windowEnd = 0
+    /// The ranking window of the last candidate ranked.
+    private var window = PeakRanking.Window()
     private(set) var peaks: [Peak] = []
     /// Every peak at or before this frame has been emitted to `peaks` (−1: none yet).
     private(set) var settledFrame = -1
@@ -172,13 +170,9 @@ final class PeakPicker {
         candidates.withUnsafeBufferPointer { c in
             levels.withUnsafeBufferPointer { l in
                 while firstUnranked < c.count, Int(c[firstUnranked].frame) <= limit {
-                    let f = Int(c[firstUnranked].frame)
-                    while Int(c[windowStart].frame) < f - radius { windowStart += 1 }
-                    windowEnd = max(windowEnd, firstUnranked + 1)
-                    while windowEnd < c.count, Int(c[windowEnd].frame) <= f + radius { windowEnd += 1 }
                     // Only ranks below the cap are kept, so counting stops there.
                     let stronger = PeakRanking.strongerCount(than: c[firstUnranked].level, levels: l.baseAddress!,
-                                                             window: windowStart..<windowEnd, cap: cap)
+                                                             window: window.move(to: firstUnranked, in: c, radius: radius), cap: cap)
                     if stronger < cap {
                         var p = c[firstUnranked]
                         p.rank = UInt16(stronger)
@@ -190,12 +184,12 @@ final class PeakPicker {
         }
         settledFrame = max(settledFrame, min(limit, highestFrame))
         // Candidates before the last window can no longer be in the window of one still to rank.
-        if windowStart > 1024 {
-            candidates.removeFirst(windowStart)
-            levels.removeFirst(windowStart)
-            firstUnranked -= windowStart
-            windowEnd -= windowStart
-            windowStart = 0
+        if window.start > 1024 {
+            let drop = window.start
+            candidates.removeFirst(drop)
+            levels.removeFirst(drop)
+            firstUnranked -= drop
+            window.dropFirst(drop)
         }
     }
 

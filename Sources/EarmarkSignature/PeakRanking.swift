@@ -10,25 +10,50 @@ public enum PeakRanking {
     /// Cost: O(n · peaks per window).
     public static func rank(_ candidates: [Peak], configuration: SignatureConfiguration = .current) -> [Peak] {
         let radius = configuration.rankRadius, cap = configuration.deepRankLimit
+        let levels = candidates.map(\.level)
         var out: [Peak] = []
         out.reserveCapacity(candidates.count)
+        var window = Window()
         candidates.withUnsafeBufferPointer { c in
-            var lo = 0
-            for i in 0..<c.count {
-                let stronger = strongerCount(of: i, in: c, windowStart: &lo, radius: radius, cap: cap)
-                if stronger < cap {
-                    var p = c[i]
-                    p.rank = UInt16(stronger)
-                    out.append(p)
+            levels.withUnsafeBufferPointer { l in
+                for i in 0..<c.count {
+                    let stronger = strongerCount(than: c[i].level, levels: l.baseAddress!, window: window.move(to: i, in: c, radius: radius), cap: cap)
+                    if stronger < cap {
+                        var p = c[i]
+                        p.rank = UInt16(stronger)
+                        out.append(p)
+                    }
                 }
             }
         }
         return out
     }
 
-    /// The number of `levels[window]` strictly above `level`, counted up to `cap`: ``strongerCount(of:in:windowStart:radius:cap:)``
-    /// for a window already found, eight levels at a time (the signature generator's ranking; the same counts:
-    /// a comparison per level either way, NaNs never counting).
+    /// The candidates within ±rankRadius frames of the one being ranked, `start..<end` of candidates ordered by
+    /// frame. Both bounds only move forward, as candidates are ranked in order.
+    struct Window {
+        var start = 0
+        var end = 0
+
+        /// The window of candidate `i` (at or after the last one asked for).
+        @inline(__always)
+        mutating func move(to i: Int, in c: UnsafeBufferPointer<Peak>, radius: Int) -> Range<Int> {
+            let f = Int(c[i].frame)
+            while Int(c[start].frame) < f - radius { start += 1 }
+            end = max(end, i + 1)
+            while end < c.count, Int(c[end].frame) <= f + radius { end += 1 }
+            return start..<end
+        }
+
+        /// After the first `count` candidates were removed.
+        mutating func dropFirst(_ count: Int) {
+            start -= count
+            end -= count
+        }
+    }
+
+    /// The number of `levels[window]` strictly above `level`, counted up to `cap`, eight levels at a time (a
+    /// comparison per level; NaNs never count).
     @inline(__always)
     static func strongerCount(than level: Float, levels: UnsafePointer<Float>, window: Range<Int>, cap: Int) -> Int {
         var j = window.lowerBound
@@ -51,23 +76,5 @@ public enum PeakRanking {
             j += 1
         }
         return min(count, cap)
-    }
-
-    /// The number of peaks of `c` (ordered by frame) within ±`radius` frames of `c[index]` and strictly
-    /// louder than it, counted up to `cap` (ranks from `cap` up are all dropped). `lo` is the first index
-    /// that can still be in a window: pass 0 first, then the value left by the call for the previous index.
-    @inline(__always)
-    static func strongerCount(of index: Int, in c: UnsafeBufferPointer<Peak>, windowStart lo: inout Int,
-                              radius: Int, cap: Int) -> Int {
-        let cand = c[index]
-        let f = Int(cand.frame)
-        while Int(c[lo].frame) < f - radius { lo += 1 }
-        var stronger = 0
-        var j = lo
-        while j < c.count, Int(c[j].frame) <= f + radius, stronger < cap {
-            if c[j].level > cand.level { stronger += 1 }
-            j += 1
-        }
-        return stronger
     }
 }
