@@ -28,6 +28,8 @@ struct Options {
     var compact = true
     /// The share of synthetic stretches played backwards (``SyntheticTrackGenerator/reversedShare``).
     var reversedShare = SyntheticTrackGenerator.reverseProbability
+    /// Replaces ``MatchOptions/explainedShare`` in the matching process (nil: the matcher's default).
+    var explainedShare: Double?
     /// Names catalogs of a generator other than the default apart, in the cache.
     var variant: String {
         reversedShare == SyntheticTrackGenerator.reverseProbability ? "" : "-rev\(Int((reversedShare * 100).rounded()))"
@@ -38,7 +40,7 @@ func usage(_ status: Int32) -> Never {
     FileHandle.standardError.write(Data("""
     usage: earmark-scale-bench --corpus DIR/corpus/public --queries DIR/queries/NAME [--skew-queries DIR/queries/NAME]
                                [--sizes 100,1000,10000] [--seed N] [--cache DIR] [--earmark PATH] [--cold-sample N] [--minutes M] [--workers N]
-                               [--landmarks pairs|triplets] [--no-compact] [--reversed-share S]
+                               [--landmarks pairs|triplets] [--no-compact] [--reversed-share S] [--explained-share X]
       --sizes         catalog sizes in hours of audio, built (or taken from --cache) in increasing order
       --cache         where catalogs and clip signatures are kept (default ~/.cache/earmark-corpus/scale)
       --earmark       the CLI timed as a fresh process (default: earmark next to this executable)
@@ -51,6 +53,8 @@ func usage(_ status: Int32) -> Never {
       --reversed-share  the share of synthetic stretches played backwards, 0…1 (default 0.25; other shares are
                       cached apart). At 1 no synthetic stretch is what a speed, tempo or pitch change makes of a
                       real track's audio, so a skewed clip has no copies of itself to be matched to
+      --explained-share the matching process's MatchOptions.explainedShare, 0…1 (0: the rule is off; the CLI runs
+                      keep the default)
 
     """.utf8))
     exit(status)
@@ -84,6 +88,9 @@ func parseOptions(_ arguments: [String]) -> Options {
         case "--reversed-share":
             guard let share = Double(args.next() ?? ""), (0...1).contains(share) else { usage(2) }
             o.reversedShare = share
+        case "--explained-share":
+            guard let share = Double(args.next() ?? ""), (0...1).contains(share) else { usage(2) }
+            o.explainedShare = share
         case "--help", "-h": usage(0)
         default: usage(2)
         }
@@ -666,13 +673,14 @@ final class AnonymousMemorySampler: @unchecked Sendable {
 /// key TAB path: the first, the second, then all in order, until SECONDS have passed; 0: no limit) and
 /// writes a ChildReport as JSON. Only `matcher.match` is timed; each signature is read just before it is
 /// matched and dropped after, so the peak RSS is the matcher's.
-func runChild(catalogPath: String, list: String, out: String, budget: Double) throws {
+func runChild(catalogPath: String, list: String, out: String, budget: Double, explainedShare: Double?) throws {
     let clock = ContinuousClock()
     let items = readTSV(list).map { ($0["key"]!, $0["path"]!) }
     let sampler = AnonymousMemorySampler()
     let t0 = clock.now
     let catalog = try Catalog(path: catalogPath, readOnly: true)
     let matcher = Matcher(catalog: catalog)
+    if let explainedShare { matcher.options.explainedShare = explainedShare }
     let openMs = seconds(clock.now - t0) * 1000
     func once(_ item: (String, String)) -> ChildResult {
         let sig: Signature
@@ -838,7 +846,8 @@ func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], conte
     // The first query's time then is a fresh process's with the catalog in the page cache (the last size's
     // eviction runs, or another job, may have dropped it); the evicted case is the CLI's below.
     loadIntoPageCache(catalog.path)
-    let child = spawn([context.selfPath, "__match", catalog.path, tmp + ".tsv", tmp + ".json", "\(warmBudget)"], quiet: false)
+    let child = spawn([context.selfPath, "__match", catalog.path, tmp + ".tsv", tmp + ".json", "\(warmBudget)"]
+                          + (o.explainedShare.map { ["\($0)"] } ?? []), quiet: false)
     guard child.status == 0, let data = FileManager.default.contents(atPath: tmp + ".json") else {
         throw CatalogError(.ioError, "the matching process failed (exit \(child.status))", path: catalog.path)
     }
@@ -1057,8 +1066,9 @@ func printSummary(_ rows: [SizeSummary]) {
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 if arguments.first == "__match" {
-    guard arguments.count == 5, let budget = Double(arguments[4]) else { usage(2) }
-    do { try runChild(catalogPath: arguments[1], list: arguments[2], out: arguments[3], budget: budget) } catch { note("matching process: \(error)"); exit(2) }
+    guard arguments.count == 5 || arguments.count == 6, let budget = Double(arguments[4]) else { usage(2) }
+    let explainedShare = arguments.count == 6 ? Double(arguments[5]) : nil
+    do { try runChild(catalogPath: arguments[1], list: arguments[2], out: arguments[3], budget: budget, explainedShare: explainedShare) } catch { note("matching process: \(error)"); exit(2) }
     exit(0)
 }
 
@@ -1077,7 +1087,7 @@ if FileManager.default.fileExists(atPath: overlapPath) {
         if let a = r["id_a"], let b = r["id_b"] { overlaps[a, default: []].insert(b); overlaps[b, default: []].insert(a) }
     }
 }
-say("earmark-scale-bench: sizes \(o.sizes.map { "\($0) h" }.joined(separator: ", ")), seed \(o.seed), signature version \(version), \(fmt(100 * o.reversedShare, 0)) % of synthetic stretches reversed, \(o.workers) workers, cache \(o.cache)")
+say("earmark-scale-bench: sizes \(o.sizes.map { "\($0) h" }.joined(separator: ", ")), seed \(o.seed), signature version \(version), \(fmt(100 * o.reversedShare, 0)) % of synthetic stretches reversed, \(o.explainedShare.map { "explainedShare \(fmt($0, 2)), " } ?? "")\(o.workers) workers, cache \(o.cache)")
 
 var clips = await prepareClips(o.queries, set: "main", cache: o.cache, workers: o.workers)
 if let skew = o.skewQueries { clips += await prepareClips(skew, set: "skew", cache: o.cache, workers: o.workers) }
