@@ -25,7 +25,9 @@
 #   SEED=2 tools/scale-bench.sh                        # other synthetic tracks (other catalogs)
 #   MINUTES=0 tools/scale-bench.sh                     # every clip at every size, however long it takes
 #   tools/scale-bench.sh --cold-sample 20              # extra earmark-scale-bench flags (see earmark-scale-bench --help)
-#   tools/scale-bench.sh --reversed-share 1            # synthetic stretches all reversed: no speed/pitch copies of real audio
+#   tools/scale-bench.sh --reversed-share 0.25         # the large-catalog issue's generator: 3/4 of the synthetic stretches
+#                                                      # play forwards, bin-shifted, time-scaled copies of real audio
+#                                                      # (the default reverses all: no speed/pitch copies of real audio)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source tools/corpus.sh

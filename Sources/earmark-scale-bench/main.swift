@@ -26,11 +26,13 @@ struct Options {
     var triplets = false
     /// Whether a catalog of several index segments is compacted (`catalog migrate --compact`) before it is measured.
     var compact = true
-    /// The share of synthetic stretches played backwards (``SyntheticTrackGenerator/reversedShare``).
-    var reversedShare = SyntheticTrackGenerator.reverseProbability
+    /// The share of synthetic stretches played backwards (``SyntheticTrackGenerator/reversedShare``). All of them by
+    /// default: a forward stretch is a bin-shifted, time-scaled copy of a real track's audio, which a clip skewed the
+    /// same way matches as well as the original (docs/benchmarks.md#large-catalogs).
+    var reversedShare = 1.0
     /// Replaces ``MatchOptions/explainedShare`` in the matching process (nil: the matcher's default).
     var explainedShare: Double?
-    /// Names catalogs of a generator other than the default apart, in the cache.
+    /// Names catalogs of a generator other than the issue's (a quarter reversed) apart, in the cache.
     var variant: String {
         reversedShare == SyntheticTrackGenerator.reverseProbability ? "" : "-rev\(Int((reversedShare * 100).rounded()))"
     }
@@ -50,9 +52,10 @@ func usage(_ status: Int32) -> Never {
       --landmarks     the landmark design of the catalogs: pairs (default) or triplets (experimental; cached apart)
       --no-compact    measure a catalog as its build left it (several index segments) instead of compacting it first
                       (as `earmark catalog migrate --compact` does; the cached catalog stays compacted)
-      --reversed-share  the share of synthetic stretches played backwards, 0…1 (default 0.25; other shares are
-                      cached apart). At 1 no synthetic stretch is what a speed, tempo or pitch change makes of a
-                      real track's audio, so a skewed clip has no copies of itself to be matched to
+      --reversed-share  the share of synthetic stretches played backwards, 0…1 (default 1: no synthetic stretch is
+                      what a speed, tempo or pitch change makes of a real track's audio, so a skewed clip has no
+                      copies of itself to be matched to; 0.25 is the generator of the large-catalog issue, whose
+                      forward stretches are such copies; catalogs of a share other than 0.25 are cached as -revNN)
       --explained-share the matching process's MatchOptions.explainedShare, 0…1 (0: the rule is off; the CLI runs
                       keep the default)
 
