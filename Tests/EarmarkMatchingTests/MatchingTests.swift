@@ -614,3 +614,42 @@ struct HitSortTests {
         #expect(radix.map(\.offset) == reference.map(\.offset))
     }
 }
+
+@Suite("Query memo and landmark order")
+struct QueryMemoTests {
+    @Test("the memo's table answers as a dictionary does, through growth and overwrites", arguments: [0, 1, 700, 20_000])
+    func tableMatchesDictionary(count: Int) {
+        var rng = SeededRandom(seed: UInt64(count) + 3)
+        var table = HashRanges()
+        var reference: [UInt32: Range<Int>] = [:]
+        // Keys from a small set too, so that some are set twice, and the extremes of UInt32.
+        for i in 0..<count {
+            let key: UInt32 = i % 5 == 0 ? UInt32(rng.next() % 97) : i % 11 == 0 ? UInt32.max - UInt32(i % 3) : UInt32(truncatingIfNeeded: rng.next())
+            let start = Int(rng.next() % 1_000_000)
+            let range = start..<start + Int(rng.next() % 50)
+            table.insert(key, range)
+            reference[key] = range
+        }
+        #expect(table.count == reference.count)
+        for (key, range) in reference { #expect(table.find(key) == range) }
+        var absent = 0
+        for _ in 0..<2_000 {
+            let key = UInt32(truncatingIfNeeded: rng.next())
+            if reference[key] == nil {
+                absent += 1
+                #expect(table.find(key) == nil)
+            }
+        }
+        #expect(absent > 1_900)
+    }
+
+    @Test("landmarks sorted as packed words are in (hash, frame) order")
+    func landmarkOrder() {
+        var rng = SeededRandom(seed: 42)
+        let landmarks = (0..<3_000).map { i in
+            Landmark(hash: i % 4 == 0 ? UInt32(rng.next() % 8) : UInt32(truncatingIfNeeded: rng.next()), frame: UInt32(rng.next() % 50))
+        }
+        let reference = landmarks.sorted { ($0.hash, $0.frame) < ($1.hash, $1.frame) }
+        #expect(Matcher.sortedByHashAndFrame(landmarks) == reference)
+    }
+}
