@@ -44,12 +44,12 @@ extension API {
 
     // MARK: POST /v1/tracks
 
-    /// `POST /v1/tracks?title&artist&album&metadata&name&analyze`: the body is an audio file, added as
-    /// `earmark catalog add FILE --title … [--analyze]` adds it, with `upload:NAME` as its source path.
+    /// `POST /v1/tracks?title&artist&album&metadata&name&analyze&transcribe`: the body is an audio file, added as
+    /// `earmark catalog add FILE --title … [--analyze [--no-transcribe]]` adds it, with `upload:NAME` as its source path.
     /// 201 with the track as `GET /v1/tracks/{id}` answers it.
     private func addTrack(_ request: Request, context: some RequestContext) async throws -> Response {
         let writer = try requireWriter()
-        let query = try QueryParameters(request.uri, allowed: ["title", "artist", "album", "metadata", "name", "analyze"])
+        let query = try QueryParameters(request.uri, allowed: ["title", "artist", "album", "metadata", "name", "analyze", "transcribe"])
         let sourceName = try query.string("name", maxLength: 255) ?? ""
         let name = sourceName.isEmpty ? "upload" : sourceName
         var description = TrackDescription(title: try query.string("title"), artist: try query.string("artist"),
@@ -62,6 +62,7 @@ extension API {
             description.metadata = object
         }
         let analyze = try query.bool("analyze", default: false)
+        let transcribe = try query.bool("transcribe", default: true)
         if let type = request.headers[.contentType] {
             let media = type.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
             // application/x-www-form-urlencoded is what `curl --data-binary` sends unless told otherwise: no type at all.
@@ -98,7 +99,7 @@ extension API {
         let (adds, fields, source) = (adds, description, "upload:" + sourceName)
         let (outcome, info) = try await Deadline.run(limit: matchTimeout, "adding the track") {
             defer { adds.leave() }
-            return try await writer.add(file: received, source: source, description: fields, analyze: analyze)
+            return try await writer.add(file: received, source: source, description: fields, analyze: analyze, transcribe: transcribe)
         }
         switch outcome.status {
         case .added:

@@ -14,8 +14,10 @@ final class CatalogWriter: Sendable {
     let catalogPath: String
     private let lockTimeout: Double
     private let soundModelPath: String?
-    /// The model of `analyze=true`, loaded at the first such add (nil inside: the default model is missing).
+    private let speechModelPath: String?
+    /// The models of `analyze=true`, loaded at the first such add (nil inside: the default model is missing).
     private let soundModel = LockedValue<SoundModel??>(nil)
+    private let speechModel = LockedValue<SpeechModel??>(nil)
     private let executor = ThreadExecutor(name: "earmark-writer")
     /// The end of the queue of writes (each write starts when the one before it has finished), and whether
     /// ``close()`` was called.
@@ -23,16 +25,18 @@ final class CatalogWriter: Sendable {
 
     /// Opens the catalog for writing once, to fail at start (read-only file, other version) rather than at the
     /// first write.
-    static func open(catalogPath: String, lockTimeout: Double, soundModelPath: String?) throws -> CatalogWriter {
+    static func open(catalogPath: String, lockTimeout: Double, soundModelPath: String?, speechModelPath: String?) throws -> CatalogWriter {
         let catalog = try Catalog(path: catalogPath, busyTimeout: lockTimeout)
         try catalog.close()
-        return CatalogWriter(catalogPath: catalogPath, lockTimeout: lockTimeout, soundModelPath: soundModelPath)
+        return CatalogWriter(catalogPath: catalogPath, lockTimeout: lockTimeout, soundModelPath: soundModelPath,
+                             speechModelPath: speechModelPath)
     }
 
-    private init(catalogPath: String, lockTimeout: Double, soundModelPath: String?) {
+    private init(catalogPath: String, lockTimeout: Double, soundModelPath: String?, speechModelPath: String?) {
         self.catalogPath = catalogPath
         self.lockTimeout = lockTimeout
         self.soundModelPath = soundModelPath
+        self.speechModelPath = speechModelPath
     }
 
     /// Runs `job` on the writer's thread after every write queued before it. The job runs to its end even when
@@ -63,16 +67,20 @@ final class CatalogWriter: Sendable {
         }
     }
 
-    /// Adds the audio file at `file` as `earmark catalog add FILE` does (with `--analyze` when `analyze`), and
-    /// deletes the file. The track's source path becomes `source` (`upload:NAME`) rather than the temporary file's.
+    /// Adds the audio file at `file` as `earmark catalog add FILE` does (with `--analyze` when `analyze`, and
+    /// `--no-transcribe` unless `transcribe`), and deletes the file. The track's source path becomes `source` (`upload:NAME`) rather than the temporary file's.
     /// Returns the outcome and, when a track was stored or found, the object `catalog info ID --json` prints for it.
-    func add(file: String, source: String, description: TrackDescription, analyze: Bool) async throws -> (IngestOutcome, Data?) {
+    func add(file: String, source: String, description: TrackDescription, analyze: Bool,
+             transcribe: Bool = true) async throws -> (IngestOutcome, Data?) {
         defer { try? FileManager.default.removeItem(atPath: file) }
         // The add and the relink are one job of the queue (two transactions: a stop between them leaves the track
         // whole, naming the temporary file).
         return try await serially { [self, catalogPath, lockTimeout] in
-            let model: SoundModel? = analyze ? try loadModel() : nil
-            let ingestor = Ingestor(catalogPath: catalogPath, workers: 1, busyTimeout: lockTimeout, analyze: analyze, soundModel: model)
+            let model: SoundModel? = analyze ? try loadSoundModel() : nil
+            // As `catalog add --analyze`: the transcriber reads where the classifier hears speech, so no classifier, no transcript.
+            let speech: SpeechModel? = model != nil && transcribe ? try loadSpeechModel() : nil
+            let ingestor = Ingestor(catalogPath: catalogPath, workers: 1, busyTimeout: lockTimeout, analyze: analyze, soundModel: model,
+                                    speechModel: speech)
             var outcome = try await ingestor.add(files: [file], describe: { _ in description })[0]
             guard let track = outcome.track else { return (outcome, nil) }
             // A track added (or an earlier upload's track, `moved` to this file because that one is gone) names the upload.
@@ -87,15 +95,32 @@ final class CatalogWriter: Sendable {
     }
 
     /// The model `--analyze` classifies with: as `catalog add`, a missing default model skips classification.
-    private func loadModel() throws -> SoundModel? {
-        try soundModel.withLock { cached in
-            if let cached { return cached }
-            let loaded: SoundModel?
+    private func loadSoundModel() throws -> SoundModel? {
+        try CatalogWriter.loadOnce(soundModel) {
             do {
-                loaded = try SoundModel.load(path: soundModelPath)
+                return try SoundModel.load(path: soundModelPath)
             } catch let e as SoundModelError where e.code == .notFound && soundModelPath == nil {
-                loaded = nil
+                return nil
             }
+        }
+    }
+
+    /// The model `--analyze` transcribes with: as `catalog add`, a missing default model skips the transcript.
+    private func loadSpeechModel() throws -> SpeechModel? {
+        try CatalogWriter.loadOnce(speechModel) {
+            do {
+                return try SpeechModel.load(path: speechModelPath)
+            } catch let e as SpeechModelError where e.code == .notFound && speechModelPath == nil {
+                return nil
+            }
+        }
+    }
+
+    /// The model in `cache`, loaded by `load` the first time (a model found missing stays missing).
+    private static func loadOnce<Model>(_ cache: LockedValue<Model??>, _ load: () throws -> Model?) throws -> Model? {
+        try cache.withLock { cached in
+            if let cached { return cached }
+            let loaded = try load()
             cached = .some(loaded)
             return loaded
         }

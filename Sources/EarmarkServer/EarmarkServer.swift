@@ -58,7 +58,7 @@ public final class EarmarkServer: Sendable {
         do {
             writer = try configuration.writeToken.map { _ in
                 try CatalogWriter.open(catalogPath: configuration.catalogPath, lockTimeout: configuration.lockTimeout,
-                                       soundModelPath: configuration.soundModelPath)
+                                       soundModelPath: configuration.soundModelPath, speechModelPath: configuration.speechModelPath)
             }
             let folder = try ClipUpload.makeFolder(in: configuration.temporaryDirectory)
             return EarmarkServer(configuration: configuration, workers: workers, writer: writer, uploadFolder: folder)

@@ -88,7 +88,8 @@ struct ServeCommand: AsyncParsableCommand {
     var model: String?
 
     @Option(name: .customLong("speech-model"), help: ArgumentHelp(
-        "Speech model for POST /v1/transcribe and transcribe streams (default: see `earmark transcribe --help`).", valueName: "path"))
+        "Speech model for POST /v1/transcribe, transcribe streams and analyze=true (default: see `earmark transcribe --help`).",
+        valueName: "path"))
     var speechModelPath: String?
 
     @Option(name: .customLong("token-file"), help: ArgumentHelp(

@@ -142,6 +142,49 @@ import Testing
         }
     }
 
+    /// analyze=true also stores the transcript of what the classifier hears as speech, as `catalog add --analyze`
+    /// does for the same file; transcribe=false stores none (`--no-transcribe`).
+    @Test(.enabled(if: TestSpeechModel.available, Comment(rawValue: TestSpeechModel.skipReason)))
+    func analyzeTranscribesAsCatalogAddAnalyzeDoes() async throws {
+        let scene = try await Scene("serve-analyze-speech")
+        let (speech, sound) = try await TranscribeServerTests.models()
+        let prompt = try SpeechPrompts.path("agent-alreadyon")
+        let other = scene.folder.path("cli.earcat")
+        let cli = try await HTTPTestClient.onDispatchThread { () -> ProcessOutput in
+            let added = try EarmarkCLI.run(["catalog", "add", "--analyze", "--model", sound, "--speech-model", speech, "--catalog", other, prompt],
+                                           timeout: 600)
+            guard added.status == 0 else { return added }
+            return try EarmarkCLI.run(["catalog", "info", "1", "--json", "--catalog", other])
+        }
+        #expect(cli.status == 0, "\(cli)")
+        let expected = try #require(try JSONSerialization.jsonObject(with: cli.stdout) as? [String: Any])
+        let expectedAnalysis = try #require(expected["analysis"] as? [String: Any])
+        let transcript = try #require(expectedAnalysis["speech"] as? [String: Any], "\(expectedAnalysis.keys.sorted())")
+        let segments = try #require(transcript["segments"] as? [[String: Any]])
+        #expect(segments.compactMap { $0["text"] as? String }.joined(separator: " ").contains("agent number"), "\(segments)")
+        try await TestServer.with(catalog: scene.catalog, configure: {
+            $0.writeToken = WriteTests.writeToken
+            $0.soundModelPath = sound
+            $0.speechModelPath = speech
+        }) { server in
+            let body = try Data(contentsOf: URL(fileURLWithPath: prompt))
+            let added = try await WriteTests.send(server, "POST", "/v1/tracks?analyze=true&name=prompt.wav", body: body, headers: WriteTests.bearer)
+            #expect(added.status == 201, "\(added.text)")
+            let analysis = try #require(added.object["analysis"] as? [String: Any])
+            #expect(analysis as NSDictionary == expectedAnalysis as NSDictionary)
+            // Removed and added again with transcribe=false: no transcript, the rest of the analysis as before.
+            let id = try #require(added.object["id"] as? Int)
+            #expect(try await WriteTests.send(server, "DELETE", "/v1/tracks/\(id)", headers: WriteTests.bearer).status == 204)
+            let plain = try await WriteTests.send(server, "POST", "/v1/tracks?analyze=true&transcribe=false&name=prompt.wav", body: body,
+                                                  headers: WriteTests.bearer)
+            #expect(plain.status == 201, "\(plain.text)")
+            let stored = try #require(plain.object["analysis"] as? [String: Any])
+            #expect(stored["speech"] == nil && stored["sound"] != nil, "\(stored.keys.sorted())")
+            let bad = try await WriteTests.send(server, "POST", "/v1/tracks?analyze=true&transcribe=perhaps", body: body, headers: WriteTests.bearer)
+            #expect(bad.status == 400, "\(bad.text)")
+        }
+    }
+
     @Test func writesWithoutTheRightTokenGet401() async throws {
         let scene = try await Scene("serve-tokens")
         let song = try scene.clip("pingus-5")
