@@ -47,8 +47,8 @@ public struct MusicEvidence: Sendable, Equatable {
 /// the sound classifier's scores a window is music when its best music label reaches ``musicOnset`` and
 /// stays music while it holds ``musicOffset``; without them every window that is not silent counts as
 /// music (only silence is told apart). Ranges closer than ``bridge`` seconds are joined and ranges shorter
-/// than ``minimumDuration`` dropped; music up to the last window lasts to the end of the file (the
-/// classifier leaves a last part-window out). With no range left, ``reason`` says why: silence when under
+/// than ``minimumDuration`` dropped; music up to the last whole window lasts to the end of the file (a
+/// last part-window, padded by the classifier, is not trusted). With no range left, ``reason`` says why: silence when under
 /// ``minimumDuration`` seconds of the file is louder than silence, speech when most of the sound is
 /// speech (speech score at least 0.5), else no music.
 public struct MusicPresence: Codable, Sendable, Equatable {
@@ -94,7 +94,14 @@ public struct MusicPresence: Codable, Sendable, Equatable {
         method = classified ? "classifier" : "level"
         self.duration = duration
         // Per window: 1 music, 0 not (without a classifier: sound is music).
-        let values = evidence.map { w -> (start: Double, end: Double, value: Double) in
+        // A last window shorter than the others, or running past the end, was padded (the classifier's): the one
+        // before it speaks for the tail.
+        var whole = evidence[...]
+        if evidence.count > 1, let last = evidence.last {
+            let before = evidence[evidence.count - 2]
+            if last.end > duration + 1e-6 || last.end - last.start < 0.99 * (before.end - before.start) { whole = evidence.dropLast() }
+        }
+        let values = whole.map { w -> (start: Double, end: Double, value: Double) in
             let loud = w.level >= MusicPresence.silenceLevel
             return (w.start, min(w.end, duration), loud ? (classified ? w.music ?? 0 : 1) : 0)
         }
