@@ -211,7 +211,8 @@ extension Fingerprinter {
 }
 
 /// The classifier's windows as evidence of music: each window's level, its best music label's score and
-/// its best speech label's score (labels grouped as ``SoundCategory/table(for:)`` groups them).
+/// its best speech label's score (labels grouped as ``SoundCategory/table(for:)`` groups them). A model
+/// without a music label gives the level alone.
 func musicEvidence(_ windows: [SoundWindow], model: SoundModel) -> [MusicEvidence] {
     let table = SoundCategory.table(for: model)
     let music = table.indices.filter { table[$0] == .music }, speech = table.indices.filter { table[$0] == .speech }
@@ -219,7 +220,8 @@ func musicEvidence(_ windows: [SoundWindow], model: SoundModel) -> [MusicEvidenc
         Double(labels.map { scores.indices.contains($0) ? scores[$0] : 0 }.max() ?? 0)
     }
     return windows.map { w in
-        MusicEvidence(start: w.start, end: w.start + w.duration, level: w.level, music: best(music, w.scores), speech: best(speech, w.scores))
+        MusicEvidence(start: w.start, end: w.start + w.duration, level: w.level,
+                      music: music.isEmpty ? nil : best(music, w.scores), speech: music.isEmpty ? nil : best(speech, w.scores))
     }
 }
 
