@@ -91,7 +91,7 @@ public final class KeyDetector {
 
     private let spectrum: FramedSpectrum
     /// Per frame: the spectral peaks (fractional MIDI note, log magnitude).
-    private var framePeaks: [[(note: Double, weight: Double)]] = []
+    private var allPeaks: [[(note: Double, weight: Double)]] = []
 
     public init(inputRate: Double = AudioConstants.sampleRate) throws {
         spectrum = try FramedSpectrum(inputRate: inputRate, sampleRate: KeyDetector.sampleRate, fftSize: KeyDetector.fftSize,
@@ -121,7 +121,7 @@ public final class KeyDetector {
         }
         // Keep the strong peaks only (within 40 dB of the frame's strongest): noise adds no pitch.
         let strongest = peaks.map(\.1).max() ?? 0
-        framePeaks.append(peaks.filter { $0.1 >= strongest * 1e-4 }.map { (note: $0.0, weight: log1p($0.1 / max(strongest, 1e-20) * 1e4)) })
+        allPeaks.append(peaks.filter { $0.1 >= strongest * 1e-4 }.map { (note: $0.0, weight: log1p($0.1 / max(strongest, 1e-20) * 1e4)) })
     }
 
     /// How much the bass of the last 3 s (the share of frames on each pitch class) adds to the keys with that tonic.
@@ -157,7 +157,7 @@ public final class KeyDetector {
     }
 
     /// The global tuning offset in semitones (−0.5…0.5): the circular mean of the peaks' deviations from equal temperament.
-    private func tuning() -> Double {
+    private static func tuning(_ framePeaks: [[(note: Double, weight: Double)]]) -> Double {
         var x = 0.0, y = 0.0
         for frame in framePeaks {
             for p in frame {
@@ -173,7 +173,7 @@ public final class KeyDetector {
     /// from one), a semitone's salience sums its own level and its first harmonics' (subharmonic
     /// summation), and a salience counts only where it beats those an octave and a twelfth below, so
     /// a note's overtones (its fifth above all) do not pose as notes of their own.
-    private func chroma(frames: Range<Int>, tuning: Double) -> [Double] {
+    private static func chroma(_ framePeaks: [[(note: Double, weight: Double)]], frames: Range<Int>, tuning: Double) -> [Double] {
         var c = [Double](repeating: 0, count: 12)
         let harmonics = [(0, 1.0), (12, 0.6), (19, 0.4), (24, 0.3), (28, 0.2)]
         var bins = [Double](repeating: 0, count: 128), salience = [Double](repeating: 0, count: 128)
@@ -196,20 +196,29 @@ public final class KeyDetector {
         return c
     }
 
-    /// The key of everything appended, and the key ranges over time.
-    public func result() -> KeyResult? {
+    /// The key of everything appended, and the key ranges over time. With `music`, only its ranges
+    /// count (joined end to end; key ranges are cut to them) and there is no key without music.
+    public func result(music: MusicPresence? = nil) -> KeyResult? {
         spectrum.finish { addFrame($0) }
         let duration = spectrum.duration
+        if let music, !music.hasMusic { return nil }
+        let frameSeconds = Double(KeyDetector.hop) / KeyDetector.sampleRate
+        // Only the frames inside the music, joined end to end; times are mapped back to the file.
+        let selection = music.flatMap { m in
+            m.coversAll ? nil : FrameSelection(frames: m.frames(count: allPeaks.count) {
+                (Double($0 * KeyDetector.hop) + Double(KeyDetector.fftSize) / 2) / KeyDetector.sampleRate
+            }, frameRate: 1 / frameSeconds)
+        }
+        let framePeaks = selection.map { $0.pick(allPeaks) } ?? allPeaks
         guard !framePeaks.isEmpty else { return nil }
-        let t = tuning()
-        let global = chroma(frames: 0..<framePeaks.count, tuning: t)
+        let t = KeyDetector.tuning(framePeaks)
+        let global = KeyDetector.chroma(framePeaks, frames: 0..<framePeaks.count, tuning: t)
         guard global.reduce(0, +) > 0 else { return nil }
         let correlations = KeyDetector.keyScores(global)
         var scores = correlations
         let endWeight = KeyDetector.endingWeight
         if endWeight > 0 {
             // Tonal pieces end on their tonic: the bass (lowest strong pitch class) of the last 3 s adds to the keys on it.
-            let frameSeconds = Double(KeyDetector.hop) / KeyDetector.sampleRate
             let tail = max(0, framePeaks.count - Int(3 / frameSeconds))..<framePeaks.count
             var bass = [Double](repeating: 0, count: 12)
             for f in tail {
@@ -226,14 +235,13 @@ public final class KeyDetector {
         let key = MusicalKey(pitchClass: best % 12, mode: best < 12 ? .major : .minor)
 
         // Key over time: 8-s windows every 2 s, Viterbi over the 24 keys with a penalty for changing.
-        let frameSeconds = Double(KeyDetector.hop) / KeyDetector.sampleRate
         let windowFrames = max(1, Int(8 / frameSeconds)), stepFrames = max(1, Int(2 / frameSeconds))
         var windowScores: [[Double]] = []
         var starts: [Int] = []
         var s = 0
         repeat {
             let range = s..<min(framePeaks.count, s + windowFrames)
-            let c = chroma(frames: range, tuning: t)
+            let c = KeyDetector.chroma(framePeaks, frames: range, tuning: t)
             windowScores.append(c.reduce(0, +) > 0 ? KeyDetector.keyScores(c) : scores)
             starts.append(s)
             s += stepFrames
@@ -241,11 +249,15 @@ public final class KeyDetector {
         let path = KeyDetector.viterbi(windowScores, prior: scores, switchPenalty: 0.6)
         var ranges: [KeyRange] = []
         for (i, k) in path.enumerated() {
-            let start = i == 0 ? 0 : (Double(starts[i]) + Double(windowFrames) / 2 - Double(stepFrames) / 2) * frameSeconds
+            let joined = i == 0 ? 0 : (Double(starts[i]) + Double(windowFrames) / 2 - Double(stepFrames) / 2) * frameSeconds
+            let start = selection?.fileTime(joined) ?? joined
             let mk = MusicalKey(pitchClass: k % 12, mode: k < 12 ? .major : .minor)
             if let last = ranges.last, last.tonic == mk.tonic, last.mode == mk.mode { continue }
             if !ranges.isEmpty { ranges[ranges.count - 1].end = start }
             ranges.append(KeyRange(start: start, end: duration, tonic: mk.tonic, mode: mk.mode))
+        }
+        if selection != nil, let music {
+            ranges = music.clip(ranges, start: \.start, end: \.end) { r, s, e in KeyRange(start: s, end: e, tonic: r.tonic, mode: r.mode) }
         }
         return KeyResult(tonic: key.tonic, mode: key.mode, strength: correlations[best], margin: scores[best] - scores[order[1]],
                          ranges: ranges, duration: duration)

@@ -16,6 +16,8 @@ public struct RhythmResult: Codable, Sendable, Equatable {
     /// Beats per minute from the least-squares slope of beat time over beat number; nil with fewer than two beats.
     public var bpm: Double?
     public var duration: Double
+    /// Why there are no beats: the file holds no music (see ``MusicPresence``); nil when it does.
+    public var reason: NonMusicReason? = nil
 }
 
 /// Pace (Music Understanding's dimension): how many musical events — note and drum onsets — happen
@@ -32,13 +34,15 @@ public struct PaceResult: Codable, Sendable, Equatable {
     public var overall: Double
     public var values: [TimedValue]
     public var duration: Double
+    /// Why there are no events: the file holds no music (see ``MusicPresence``); nil when it does.
+    public var reason: NonMusicReason? = nil
 }
 
 /// Tracks beats: a spectral-flux onset envelope (40 log-spaced bands, 86 frames a second), the tempo
 /// from a comb filter over its autocorrelation (four multiples of each period) weighted towards
 /// 130 BPM, beats by dynamic programming that rewards onsets and harmonic changes and punishes
 /// intervals off the tempo, and bars by the beat phase with the most harmonic change (chroma before and after the beat) and
-/// low-frequency onset energy. Feed audio with ``append(_:)``, then call ``result()``.
+/// low-frequency onset energy. Feed audio with ``append(_:)``, then call ``result(music:)``.
 public final class BeatTracker {
     static let sampleRate = 11_025.0
     static let fftSize = 1024
@@ -299,10 +303,28 @@ public final class BeatTracker {
         return (bestMeter, bestPhase)
     }
 
-    /// Everything appended: beats, bars and BPM (nil when the audio has no steady pulse).
-    public func result() -> RhythmResult? {
+    /// The frames inside `music`'s ranges (nil: all of them, as without `music`).
+    private func selection(_ music: MusicPresence?) -> FrameSelection? {
+        music.flatMap { m in
+            m.coversAll ? nil : FrameSelection(frames: m.frames(count: novelty.count) {
+                (Double($0 * BeatTracker.hop) + Double(BeatTracker.fftSize) / 2) / BeatTracker.sampleRate
+            }, frameRate: BeatTracker.frameRate)
+        }
+    }
+
+    /// Everything appended: beats, bars and BPM (nil when the audio has no steady pulse). With `music`,
+    /// only its ranges are tracked (joined end to end, the BPM measured on the joined beats), and
+    /// without music the result is empty with the reason.
+    public func result(music: MusicPresence? = nil) -> RhythmResult? {
         spectrum.finish { addFrame($0) }
         let duration = spectrum.duration
+        if let music, !music.hasMusic {
+            return RhythmResult(beats: [], bars: [], beatsPerBar: 4, bpm: nil, duration: duration, reason: music.reason)
+        }
+        let selection = selection(music)
+        let novelty = selection?.pick(self.novelty) ?? self.novelty
+        let chroma = selection?.pick(self.chroma, stride: 12) ?? self.chroma
+        let lowFlux = selection?.pick(self.lowFlux) ?? self.lowFlux
         let onset = BeatTracker.normalized(novelty)
         guard onset.contains(where: { $0 > 0 }), let period = BeatTracker.period(onset) else { return nil }
         // Beats follow the onsets and, at 1.5 times their weight, the harmonic changes: chords change on
@@ -312,7 +334,8 @@ public final class BeatTracker {
         let times = frames.map { BeatTracker.time(ofFrame: $0) }
         guard times.count >= 2 else { return nil }
         let (meter, phase) = BeatTracker.bars(frames: frames, low: BeatTracker.normalized(lowFlux), chroma: chroma)
-        let bars = times.enumerated().filter { $0.offset % meter == phase }.map(\.element)
+        let fileTimes = selection.map { sel in frames.map { BeatTracker.time(ofFrame: sel.frames[$0]) } } ?? times
+        let bars = fileTimes.enumerated().filter { $0.offset % meter == phase }.map(\.element)
         // The tempo from the least-squares slope of beat time over beat number: finer than one frame.
         let n = Double(times.count), meanI = (n - 1) / 2, meanT = times.reduce(0, +) / n
         var sxy = 0.0, sxx = 0.0
@@ -321,17 +344,24 @@ public final class BeatTracker {
             sxx += (Double(i) - meanI) * (Double(i) - meanI)
         }
         let slope = sxx > 0 ? sxy / sxx : 0
-        return RhythmResult(beats: times, bars: bars, beatsPerBar: meter, bpm: slope > 0 ? 60 / slope : nil, duration: duration)
+        return RhythmResult(beats: fileTimes, bars: bars, beatsPerBar: meter, bpm: slope > 0 ? 60 / slope : nil, duration: duration)
     }
 
-    /// Onset events per minute (see ``PaceResult``), from everything appended so far; call after ``result()``
+    /// Onset events per minute (see ``PaceResult``), from everything appended so far; call after ``result(music:)``
     /// or on its own (it flushes the converter only once). `deviations`: how far above its neighbourhood's
     /// mean, in standard deviations of the whole envelope, a peak must rise to count (see ``PaceResult``).
-    public func pace(deviations: Double = BeatTracker.paceDeviations) -> PaceResult? {
+    /// With `music`, only its ranges count (the ranges of 10 s start again in each), and without music the
+    /// result is empty with the reason.
+    public func pace(deviations: Double = BeatTracker.paceDeviations, music: MusicPresence? = nil) -> PaceResult? {
         spectrum.finish { addFrame($0) }
         let duration = spectrum.duration
-        let env = BeatTracker.normalized(flux)
-        guard duration >= 1, env.contains(where: { $0 > 0 }) else { return nil }
+        if let music, !music.hasMusic { return PaceResult(overall: 0, values: [], duration: duration, reason: music.reason) }
+        let selection = selection(music)
+        let env = BeatTracker.normalized(selection?.pick(flux) ?? flux)
+        let spans: [(start: Double, end: Double)] = selection == nil ? [(0, duration)]
+            : (music?.ranges ?? []).map { ($0.start, min($0.end, duration)) }
+        let seconds = spans.reduce(0) { $0 + $1.end - $1.start }
+        guard seconds >= 1, env.contains(where: { $0 > 0 }) else { return nil }
         let fr = BeatTracker.frameRate
         let near = max(1, Int(0.1 * fr)), wide = Int(1.5 * fr)
         let mean = env.reduce(0, +) / Double(env.count)
@@ -343,17 +373,21 @@ public final class BeatTracker {
             let lo = max(0, i - near), hi = min(env.count - 1, i + near)
             guard env[lo...hi].max() == env[i], env[lo..<i].allSatisfy({ $0 < env[i] }) else { continue }
             let wlo = max(0, i - wide), whi = min(env.count, i + wide + 1)
-            if env[i] > (prefix[whi] - prefix[wlo]) / Double(whi - wlo) + deviations * sd { onsets.append(BeatTracker.time(ofFrame: i)) }
+            if env[i] > (prefix[whi] - prefix[wlo]) / Double(whi - wlo) + deviations * sd {
+                onsets.append(BeatTracker.time(ofFrame: selection?.frames[i] ?? i))
+            }
         }
         var values: [TimedValue] = []
-        var start = 0.0
-        repeat {
-            let end = min(duration, start + 10)
-            let count = onsets.filter { $0 >= start && $0 < end }.count
-            if end - start >= 2 { values.append(TimedValue(start: start, end: end, value: Double(count) * 60 / (end - start))) }
-            start += 5
-        } while start + 5 < duration
-        return PaceResult(overall: Double(onsets.count) * 60 / duration, values: values, duration: duration)
+        for (lo, hi) in spans {
+            var start = lo
+            repeat {
+                let end = min(hi, start + 10)
+                let count = onsets.filter { $0 >= start && $0 < end }.count
+                if end - start >= 2 { values.append(TimedValue(start: start, end: end, value: Double(count) * 60 / (end - start))) }
+                start += 5
+            } while start + 5 < hi
+        }
+        return PaceResult(overall: Double(onsets.count) * 60 / seconds, values: values, duration: duration)
     }
 
     /// Beat-tracking F-measure (MIREX style): an estimated beat is right when it is within `tolerance`

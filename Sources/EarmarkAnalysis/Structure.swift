@@ -21,6 +21,8 @@ public struct StructureResult: Codable, Sendable, Equatable {
     public var segments: [StructureRange]
     public var phrases: [StructureRange]
     public var duration: Double
+    /// Why there are no sections: the file holds no music (see ``MusicPresence``); nil when it does.
+    public var reason: NonMusicReason? = nil
 }
 
 /// Finds structure from the self-similarity of 0.46-s feature blocks (12 pitch classes and 14 mel-cepstral
@@ -108,7 +110,7 @@ public final class StructureAnalyzer {
     }
 
     /// Half-second blocks of the frame features, each dimension standardised over the piece.
-    private func blocks() -> [[Double]] {
+    private func blocks(_ frames: [[Double]]) -> [[Double]] {
         let perBlock = StructureAnalyzer.framesPerBlock
         var out: [[Double]] = []
         var i = 0
@@ -256,10 +258,21 @@ public final class StructureAnalyzer {
     }
 
     /// Sections, segments and phrases of everything appended; `bars` (from ``BeatTracker``) gives phrases.
-    public func result(bars: [Double] = []) -> StructureResult? {
+    public func result(bars: [Double] = [], music: MusicPresence? = nil) -> StructureResult? {
         spectrum.finish { addFrame($0) }
         let duration = spectrum.duration
-        let x = blocks()
+        if let music, !music.hasMusic {
+            return StructureResult(sections: [], segments: [], phrases: [], duration: duration, reason: music.reason)
+        }
+        // Only the frames inside the music, joined end to end; boundaries are mapped back to the file.
+        let selection = music.flatMap { m in
+            m.coversAll ? nil : FrameSelection(frames: m.frames(count: frames.count) {
+                (Double($0 * StructureAnalyzer.hop) + Double(StructureAnalyzer.fftSize) / 2) / StructureAnalyzer.sampleRate
+            }, frameRate: StructureAnalyzer.sampleRate / Double(StructureAnalyzer.hop))
+        }
+        let flux = selection?.pick(self.flux) ?? self.flux
+        let x = blocks(selection?.pick(self.frames) ?? self.frames)
+        let joinedDuration = selection.map { Double($0.frames.count * StructureAnalyzer.hop) / StructureAnalyzer.sampleRate } ?? duration
         guard x.count >= 8 else { return nil }
         let bd = StructureAnalyzer.blockDuration
         let edge = Int(4 / bd)  // no segment boundary within 4 s of either end
@@ -270,7 +283,7 @@ public final class StructureAnalyzer {
         let segmentCuts = (finer + sectionCuts)
             .sorted().reduce(into: [Double]()) { out, t in if out.last.map({ t - $0 >= 1.5 }) ?? true { out.append(t) } }
         func ranges(_ cuts: [Double]) -> [StructureRange] {
-            let edges = [0] + cuts + [duration]
+            let edges = [0] + cuts + [joinedDuration]
             return zip(edges, edges.dropFirst()).map { StructureRange(start: $0, end: $1, label: nil) }
         }
         var sections = ranges(sectionCuts)
@@ -294,7 +307,16 @@ public final class StructureAnalyzer {
             let letters = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
             sections[i].label = label < letters.count ? String(letters[label]) : "S\(label)"
         }
-        let segments = ranges(segmentCuts)
+        var segments = ranges(segmentCuts)
+        if let selection, let music {
+            // Back to file times, cut to the music ranges (a range across a gap in two).
+            func toFile(_ r: [StructureRange]) -> [StructureRange] {
+                let mapped = r.map { StructureRange(start: selection.fileTime($0.start), end: selection.fileTime($0.end), label: $0.label) }
+                return music.clip(mapped, start: \.start, end: \.end) { StructureRange(start: $1, end: $2, label: $0.label) }
+            }
+            sections = toFile(sections)
+            segments = toFile(segments)
+        }
         // Phrases: four bars each, restarting at every segment boundary.
         var phrases: [StructureRange] = []
         if bars.count >= 2 {

@@ -22,7 +22,10 @@ public struct FingerprintedFile: Sendable {
     public var sound: SoundAnalysis? = nil
     /// Instrument activity from the same classification (AudioSet models only).
     public var instruments: InstrumentActivity? = nil
-    /// Key and key ranges, when asked for (nil also when the audio has no pitch).
+    /// Where the file holds music, when key, rhythm, structure or pace was asked for: those are measured
+    /// only inside its ranges, and its reason says why they are empty (silence, speech, no music).
+    public var music: MusicPresence? = nil
+    /// Key and key ranges, when asked for (nil also when the audio has no pitch, or no music: see ``music``).
     public var key: KeyResult? = nil
     /// Beats, bars and BPM, when asked for (nil also when the audio has no pulse).
     public var rhythm: RhythmResult? = nil
@@ -45,6 +48,9 @@ public struct Analyses: Sendable {
     public var sound: SoundModel? = nil
     /// A transcript of the speech (Whisper, with word times) with this model; speech is found with `sound`, so it needs that too.
     public var speech: SpeechModel? = nil
+    /// Key, rhythm, structure and pace only where there is music (``MusicPresence``: from `sound`'s music
+    /// and speech scores when a model is given, else from the level alone); false: over the whole file.
+    public var musicOnly = true
 
     public init(loudness: Bool = false, key: Bool = false, rhythm: Bool = false, structure: Bool = false, pace: Bool = false,
                 sound: SoundModel? = nil, speech: SpeechModel? = nil) {
@@ -135,6 +141,9 @@ extension Fingerprinter {
         }
         var spoken: [SpeechResult] = []
         let meter = request.loudness ? try LoudnessMeter(sampleRate: reader.sampleRate, channels: reader.channels) : nil
+        // Music presence: from the classifier's windows when it runs, else from the level of the same windows.
+        let gated = request.musicOnly && (request.key || request.rhythm || request.structure || request.pace)
+        let levels = gated && request.sound == nil ? LevelWindows(sampleRate: reader.sampleRate) : nil
         // Whole-file analysis classifies back-to-back patches (no overlap): half the cost of `classify`'s default.
         let classifier = try request.sound.map {
             try SoundClassificationStream(model: $0, options: ClassificationOptions(windowDuration: $0.frontEnd.patchDuration, overlapFactor: 0))
@@ -160,6 +169,7 @@ extension Fingerprinter {
             // One downmix serves every mono consumer, the classifier included.
             windows += try classifier?.append(PCMBuffer(samples: mono, sampleRate: buffer.sampleRate)) ?? []
             spoken += try transcriber?.append(PCMBuffer(samples: mono, sampleRate: buffer.sampleRate)) ?? []
+            levels?.append(mono)
             keyDetector?.append(mono)
             beatTracker?.append(mono)
             structure?.append(mono)
@@ -182,12 +192,36 @@ extension Fingerprinter {
             spoken += try transcriber.finish()
             f.speech = SpeechAnalysis(model: model.name, duration: transcriber.duration, results: spoken)
         }
-        f.key = keyDetector?.result()
-        let rhythm = beatTracker?.result()
+        if gated {
+            let duration = Double(frames) / reader.sampleRate
+            if let classifier {
+                f.music = MusicPresence(evidence: musicEvidence(windows, model: classifier.model), duration: duration)
+            } else if let levels {
+                f.music = MusicPresence(evidence: levels.evidence(), duration: duration)
+            }
+        }
+        let music = f.music
+        f.key = keyDetector?.result(music: music)
+        let rhythm = beatTracker?.result(music: music)
         f.rhythm = request.rhythm ? rhythm : nil
-        f.structure = structure?.result(bars: rhythm?.bars ?? [])
-        f.pace = request.pace ? beatTracker?.pace() : nil
+        f.structure = structure?.result(bars: rhythm?.bars ?? [], music: music)
+        f.pace = request.pace ? beatTracker?.pace(music: music) : nil
         return f
+    }
+}
+
+/// The classifier's windows as evidence of music: each window's level, its best music label's score and
+/// its best speech label's score (labels grouped as ``SoundCategory/table(for:)`` groups them). A model
+/// without a music label gives the level alone.
+func musicEvidence(_ windows: [SoundWindow], model: SoundModel) -> [MusicEvidence] {
+    let table = SoundCategory.table(for: model)
+    let music = table.indices.filter { table[$0] == .music }, speech = table.indices.filter { table[$0] == .speech }
+    func best(_ labels: [Int], _ scores: [Float]) -> Double {
+        Double(labels.map { scores.indices.contains($0) ? scores[$0] : 0 }.max() ?? 0)
+    }
+    return windows.map { w in
+        MusicEvidence(start: w.start, end: w.start + w.duration, level: w.level,
+                      music: music.isEmpty ? nil : best(music, w.scores), speech: music.isEmpty ? nil : best(speech, w.scores))
     }
 }
 

@@ -30,6 +30,13 @@ struct AnalyzeCommand: AsyncParsableCommand {
 
         Pace: musical events (note and drum onsets) per minute, overall and over 10-s ranges every 5 s.
 
+        Key, rhythm, structure and pace are measured only where there is music: windows of about a second \
+        under −55 dBFS are silence, and with the sound model (when it is installed, also when --only leaves \
+        instruments out) a window is music when YAMNet's music labels say so. The music's time ranges are \
+        printed when they leave part of the file out; a file without music gets no key, no beats, no sections \
+        and no pace, with the reason (silence, speech, no music). Without the sound model only silence is told \
+        apart. --whole-file measures the whole file as before.
+
         Instrument activity comes from the sound classifier (YAMNet, see `earmark classify --help`): \
         for each family (drums, bass, guitar, keys, strings, brass, woodwinds, voice, synth) a 0…1 \
         activity curve, one value per 0.96-s window, back to back, and the time ranges where it plays. \
@@ -47,7 +54,8 @@ struct AnalyzeCommand: AsyncParsableCommand {
         sampleRate, channels}, key: {tonic, mode, strength, margin, ranges: [{start, end, tonic, mode}], \
         duration}, rhythm: {beats, bars, beatsPerBar, bpm, duration}, structure: {sections: [{start, end, \
         label}], segments, phrases, duration}, pace: {overall, values: [{start, end, value}], duration}, instruments: {model, method, duration, families: [{family, activeRanges: [{start, end}], \
-        activity: [{start, end, value}]}]}, error} per file; an array for several files.
+        activity: [{start, end, value}]}]}, music: {ranges: [{start, end}], reason, method, duration}, error} per file; \
+        an array for several files. Without music, rhythm, structure and pace are empty and carry a reason; key is null.
 
         --only picks dimensions: loudness, key, rhythm, structure, pace, instruments.
 
@@ -71,6 +79,9 @@ struct AnalyzeCommand: AsyncParsableCommand {
 
     @Option(help: ArgumentHelp("Also draw the analysis as an SVG timeline into this file (one input file only).", valueName: "out.svg"))
     var svg: String?
+
+    @Flag(help: "Measure key, rhythm, structure and pace over the whole file, music or not.")
+    var wholeFile = false
 
     @Argument(help: ArgumentHelp("Audio files to analyse.", valueName: "file"))
     var files: [String]
@@ -110,16 +121,26 @@ struct AnalyzeCommand: AsyncParsableCommand {
                 throw ExitCode(2)
             }
         }
+        let wantInstruments = soundModel != nil
+        // The classifier tells music from speech for key, rhythm, structure and pace, when the model is installed.
+        if soundModel == nil, !wholeFile, wantKey || wantRhythm || wantStructure || wantPace {
+            soundModel = try? SoundModel.load(path: model)
+        }
         var reports: [AnalysisReport] = []
         var failed = 0
         for file in files {
             do {
-                let f = try Fingerprinter.analyze(path: file,
-                                                  analyses: Analyses(loudness: wantLoudness, key: wantKey, rhythm: wantRhythm,
-                                                                     structure: wantStructure, pace: wantPace, sound: soundModel))
+                var analyses = Analyses(loudness: wantLoudness, key: wantKey, rhythm: wantRhythm,
+                                        structure: wantStructure, pace: wantPace, sound: soundModel)
+                analyses.musicOnly = !wholeFile
+                var f = try Fingerprinter.analyze(path: file, analyses: analyses)
+                if !wantInstruments {
+                    f.instruments = nil
+                    f.sound = nil
+                }
                 let report = AnalysisReport(path: file, loudness: f.loudness, key: wantKey ? .some(f.key) : nil,
                                             rhythm: wantRhythm ? .some(f.rhythm) : nil, structure: wantStructure ? .some(f.structure) : nil,
-                                            pace: wantPace ? .some(f.pace) : nil, instruments: f.instruments, error: nil)
+                                            pace: wantPace ? .some(f.pace) : nil, instruments: f.instruments, music: f.music, error: nil)
                 if let svg {
                     let timeline = AnalysisTimeline(title: URL(fileURLWithPath: file).lastPathComponent, file: f)
                     do {
@@ -135,7 +156,7 @@ struct AnalyzeCommand: AsyncParsableCommand {
                 let message = describe(error, file: file)
                 writeStderr(message + "\n")
                 reports.append(AnalysisReport(path: file, loudness: nil, key: nil, rhythm: nil, structure: nil, pace: nil, instruments: nil,
-                                              error: message))
+                                              music: nil, error: message))
                 failed += 1
             }
         }
@@ -153,9 +174,11 @@ struct AnalysisReport: Encodable {
     var structure: StructureResult??
     var pace: PaceResult??
     var instruments: InstrumentActivity?
+    /// Where the music is (nil when neither key, rhythm, structure nor pace was asked for, or with --whole-file).
+    var music: MusicPresence?
     var error: String?
 
-    enum CodingKeys: String, CodingKey { case path, loudness, key, rhythm, structure, pace, instruments, error }
+    enum CodingKeys: String, CodingKey { case path, loudness, key, rhythm, structure, pace, instruments, music, error }
     func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
         try c.encode(path, forKey: .path)
@@ -165,6 +188,7 @@ struct AnalysisReport: Encodable {
         try c.encode(structure ?? nil, forKey: .structure)
         try c.encode(pace ?? nil, forKey: .pace)
         try c.encode(instruments, forKey: .instruments)
+        try c.encode(music, forKey: .music)
         try c.encode(error, forKey: .error)
     }
 
@@ -178,6 +202,18 @@ struct AnalysisReport: Encodable {
             lines.append("  loudest 400 ms \(formatLevel(l.maximumMomentary, "LUFS")), loudest 3 s \(formatLevel(l.maximumShortTerm, "LUFS"))")
         } else {
             lines.append("\(path):" + (instruments.map { " \(formatDuration($0.duration))" } ?? ""))
+        }
+        // Without music: one reason for every dimension asked for.
+        if let music, let reason = music.reason {
+            lines.append("  music none (\(reason.rawValue))")
+            for (name, asked) in [("key", key != nil), ("rhythm", rhythm != nil), ("structure", structure != nil), ("pace", pace != nil)] where asked {
+                lines.append("  \(name) none (\(reason.rawValue))")
+            }
+            if let i = instruments { lines.append("  instruments: " + i.summaryText) }
+            return lines.joined(separator: "\n")
+        }
+        if let music, !music.ranges.isEmpty, !(music.ranges.count == 1 && music.ranges[0].start <= 0 && music.ranges[0].end >= music.duration) {
+            lines.append("  music " + music.ranges.map { "\(formatDuration($0.start))–\(formatDuration($0.end))" }.joined(separator: ", "))
         }
         if let k = key {
             if let k {

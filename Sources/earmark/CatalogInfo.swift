@@ -74,15 +74,25 @@ struct CatalogInfoCommand: AsyncParsableCommand {
                     print(pad("key:", 11) + " \(k.tonic) \(k.mode.rawValue)" + changes)
                 }
                 for a in analyses where a.kind == RhythmResult.kind {
-                    guard let r = try? JSONDecoder().decode(RhythmResult.self, from: a.json), let bpm = r.bpm else { continue }
+                    guard let r = try? JSONDecoder().decode(RhythmResult.self, from: a.json) else { continue }
+                    if let reason = r.reason { print(pad("rhythm:", 11) + " none (\(reason.rawValue))") }
+                    guard let bpm = r.bpm else { continue }
                     print(pad("rhythm:", 11) + String(format: " %.1f BPM, %d beats a bar", bpm, r.beatsPerBar))
                 }
                 for a in analyses where a.kind == StructureResult.kind {
                     guard let st = try? JSONDecoder().decode(StructureResult.self, from: a.json) else { continue }
+                    if let reason = st.reason {
+                        print(pad("structure:", 11) + " none (\(reason.rawValue))")
+                        continue
+                    }
                     print(pad("structure:", 11) + " " + st.sections.map { "\(formatDuration($0.start)) \($0.label ?? "")" }.joined(separator: ", "))
                 }
                 for a in analyses where a.kind == PaceResult.kind {
                     guard let p = try? JSONDecoder().decode(PaceResult.self, from: a.json) else { continue }
+                    if let reason = p.reason {
+                        print(pad("pace:", 11) + " none (\(reason.rawValue))")
+                        continue
+                    }
                     print(pad("pace:", 11) + String(format: " %.0f events a minute", p.overall))
                 }
                 for a in analyses where a.kind == InstrumentActivity.kind {

@@ -236,7 +236,43 @@ struct KeyRhythmCLITests {
         #expect(!sections.isEmpty && (sections[0]["start"] as! Double) == 0 && sections[0]["label"] as? String == "A")
         let pace = try #require(all["pace"] as? [String: Any])
         #expect((pace["overall"] as! Double) > 30 && !(pace["values"] as! [Any]).isEmpty)
-        let speech = try EarmarkCLI.run(["analyze", "--only", "key", audio.speech[0].path])
-        #expect(speech.stdoutText.contains("key unknown"))
+        let speech = try EarmarkCLI.run(["analyze", "--only", "key", audio.speech[0].path],
+                                        environment: ["EARMARK_MODEL": try TestModel.set().model.path])
+        #expect(speech.stdoutText.contains("key none (speech)"), "\(speech)")
+    }
+}
+
+@Suite("earmark analyze: no key, rhythm, structure or pace without music")
+struct NonMusicCLITests {
+    @Test("dithered near-silence and real speech: empty results with the reason, in JSON and in text")
+    func nonMusic() throws {
+        let env: [String: String?] = ["EARMARK_MODEL": try TestModel.set().model.path]
+        let audio = try TestAudio.set()
+        let tmp = try TemporaryDirectory("non-music")
+        // The file: 30 s of white noise at −90 dB, dithered to 16 bits by sox.
+        try Run.sox(["-n", "-r", "44100", "-c", "1", "-b", "16", tmp.path("dither.wav"), "synth", "30", "whitenoise", "vol", "-90dB"])
+        let out = try EarmarkCLI.run(["analyze", "--only", "key,rhythm,structure,pace", "--json", tmp.path("dither.wav"),
+                                      audio.speech[0].path], environment: env)
+        #expect(out.status == 0, "\(out)")
+        let reports = try JSONSerialization.jsonObject(with: out.stdout) as! [[String: Any]]
+        for (report, reason) in zip(reports, ["silence", "speech"]) {
+            let music = try #require(report["music"] as? [String: Any])
+            #expect(music["reason"] as? String == reason && (music["ranges"] as? [Any])?.isEmpty == true, "\(music)")
+            #expect(report["key"] is NSNull)
+            let rhythm = try #require(report["rhythm"] as? [String: Any])
+            #expect((rhythm["beats"] as? [Any])?.isEmpty == true && rhythm["bpm"] == nil && rhythm["reason"] as? String == reason)
+            let structure = try #require(report["structure"] as? [String: Any])
+            #expect((structure["sections"] as? [Any])?.isEmpty == true && structure["reason"] as? String == reason)
+            let pace = try #require(report["pace"] as? [String: Any])
+            #expect((pace["values"] as? [Any])?.isEmpty == true && pace["reason"] as? String == reason)
+        }
+        let text = try EarmarkCLI.run(["analyze", tmp.path("dither.wav")], environment: env).stdoutText
+        for line in ["music none (silence)", "key none (silence)", "rhythm none (silence)", "structure none (silence)", "pace none (silence)"] {
+            #expect(text.contains(line), "\(text)")
+        }
+        // --whole-file measures everything as before: the dither's flux makes beats.
+        let whole = try EarmarkCLI.run(["analyze", "--only", "rhythm", "--whole-file", "--json", tmp.path("dither.wav")], environment: env)
+        let rhythm = try #require((try JSONSerialization.jsonObject(with: whole.stdout) as? [String: Any])?["rhythm"] as? [String: Any])
+        #expect(((rhythm["beats"] as? [Any])?.count ?? 0) > 10, "\(rhythm)")
     }
 }
