@@ -135,6 +135,9 @@ public final class WhisperRecognizer {
     private var rowSlots: [Int] = []
     /// End of the last timed word of the recording being transcribed (seconds).
     private var lastSpeechTime = 0.0
+    /// Called after every 30-s window is decoded, with the window's start in the recording (seconds), its decoding
+    /// and whether it was skipped as silence (for benchmarks and diagnosis; nil by default).
+    public var windowObserver: ((_ start: Double, _ decoding: WindowDecoding, _ skipped: Bool) -> Void)?
 
     public init(model: SpeechModel) {
         self.model = model
@@ -215,10 +218,12 @@ public final class WhisperRecognizer {
             let windowOffset = offset + Double(seek) * secondsPerFrame
             if let threshold = options.noSpeechThreshold, result.noSpeechProbability > threshold,
                result.averageLogProbability < options.logProbabilityThreshold {
+                windowObserver?(windowOffset, result, true)
                 seek += size
                 progress(Double(seek) / Double(mel.frames))
                 continue
             }
+            windowObserver?(windowOffset, result, false)
             var (found, advance) = WhisperRecognizer.segments(result.tokens, tokenizer: model.tokenizer, offset: windowOffset,
                                                               windowFrames: size, secondsPerFrame: secondsPerFrame)
             if options.wordTimestamps {
@@ -555,17 +560,17 @@ public final class WhisperRecognizer {
     }
 
     /// One candidate continuation of a beam.
-    private struct Candidate {
+    struct Candidate: Equatable {
         var score: Double
         var parent: Int
         var token: Int
     }
 
-    /// Beam search at temperature 0 with `beams` sequences, as Whisper's: every beam proposes its `beams + 1` likeliest
-    /// next tokens; the likeliest proposals overall become the new beams, except those that end the text, which are
-    /// finished; it stops when `beams` sequences are finished (or at the length limit, where the open beams count as
-    /// finished). Each beam has its own key/value cache slot: a beam's first continuation keeps its parent's slot and
-    /// the others get copies in slots no continuation kept.
+    /// Beam search at temperature 0 with `beams` sequences, as CTranslate2's: the `2 · beams` likeliest continuations of
+    /// all beams are candidates, those among the first `beams` that end the text are finished and the first `beams` that
+    /// do not are the new beams (``selectBeams(_:beams:endOfText:)``); it stops when `beams` sequences are finished (or at
+    /// the length limit, where the open beams count as finished). Each beam has its own key/value cache slot: a beam's
+    /// first continuation keeps its parent's slot and the others get copies in slots no continuation kept.
     private func beamSearch(beams: Int, options: TranscriptionOptions) -> (tokens: [Int], logProbability: Double) {
         let special = model.special, vocabularySize = model.architecture.vocabularySize
         let limit = min(options.maximumTokensPerWindow, model.architecture.textContext - network.position)
@@ -582,24 +587,13 @@ public final class WhisperRecognizer {
                 let rowLogits = logits + row * vocabularySize
                 applyRules(rowLogits, sampled: beam.tokens, options: options)
                 let normaliser = WhisperRecognizer.logSumExp(rowLogits, count: vocabularySize)
-                WhisperRecognizer.largest(rowLogits, count: vocabularySize, k: beams + 1, into: &top)
+                WhisperRecognizer.largest(rowLogits, count: vocabularySize, k: 2 * beams, into: &top)
                 for t in top where t.value > -.infinity {
                     candidates.append(Candidate(score: beam.logProbability + Double(t.value) - normaliser, parent: row, token: t.index))
                 }
             }
-            // Likeliest first; ties in beam, then token order.
-            candidates.sort { $0.score != $1.score ? $0.score > $1.score : ($0.parent != $1.parent ? $0.parent < $1.parent : $0.token < $1.token) }
-            var next: [Candidate] = []
-            var ended: [(tokens: [Int], logProbability: Double)] = []
-            for c in candidates {
-                if c.token == special.endOfText {
-                    ended.append((active[c.parent].tokens, c.score))
-                } else {
-                    next.append(c)
-                    if next.count == beams { break }
-                }
-            }
-            finished += ended  // all of them, as CTranslate2 registers every beam that ends, then ranks them
+            let (next, ended) = WhisperRecognizer.selectBeams(candidates, beams: beams, endOfText: special.endOfText)
+            finished += ended.map { (active[$0.parent].tokens, $0.score) }
             length += 1
             if finished.count >= beams || next.isEmpty || length >= limit || network.position >= model.architecture.textContext {
                 if finished.count < beams {
@@ -637,6 +631,25 @@ public final class WhisperRecognizer {
             best = i
         }
         return finished.isEmpty ? ([], 0) : finished[best]
+    }
+
+    /// One step of beam search's choice, as CTranslate2's: of all proposals (each open beam's `2 · beams` likeliest next
+    /// tokens), the `2 · beams` likeliest overall are candidates; those among the first `beams` that end the text are
+    /// finished, and the open beams are the first `beams` candidates that do not end it (so an end of text ranked below
+    /// the first `beams` is dropped, not finished). Ties: beam, then token order.
+    static func selectBeams(_ proposals: [Candidate], beams: Int, endOfText: Int) -> (next: [Candidate], ended: [Candidate]) {
+        let ranked = proposals.sorted {
+            $0.score != $1.score ? $0.score > $1.score : ($0.parent != $1.parent ? $0.parent < $1.parent : $0.token < $1.token)
+        }.prefix(2 * beams)
+        var next: [Candidate] = [], ended: [Candidate] = []
+        for (rank, c) in ranked.enumerated() {
+            if c.token == endOfText {
+                if rank < beams { ended.append(c) }
+            } else if next.count < beams {
+                next.append(c)
+            }
+        }
+        return (next, ended)
     }
 
     /// Whisper's ranking of finished sequences without a length penalty: summed log-probability over the number of tokens.

@@ -71,6 +71,27 @@ struct WhisperFallbackRuleTests {
         #expect(WhisperRecognizer.distanceBits(4) == 5 && WhisperRecognizer.distanceBits(5) == 6 && WhisperRecognizer.distanceBits(32768) == 18)
     }
 
+    @Test("beam selection as CTranslate2's: an end of text ranked below the first beams is dropped, not finished")
+    func beamSelection() {
+        typealias C = WhisperRecognizer.Candidate
+        let end = 50257
+        // Two beams; proposals in no particular order. Ranked: a(−1.0), end(−1.1), b(−1.2), end(−1.3), c(−1.4), d(−1.5).
+        let proposals = [C(score: -1.4, parent: 1, token: 30), C(score: -1.0, parent: 0, token: 10), C(score: -1.3, parent: 1, token: end),
+                         C(score: -1.1, parent: 0, token: end), C(score: -1.2, parent: 0, token: 20), C(score: -1.5, parent: 1, token: 40)]
+        let (next, ended) = WhisperRecognizer.selectBeams(proposals, beams: 2, endOfText: end)
+        #expect(ended == [C(score: -1.1, parent: 0, token: end)], "only the end of text among the first two is finished")
+        #expect(next == [C(score: -1.0, parent: 0, token: 10), C(score: -1.2, parent: 0, token: 20)])
+        // Three beams all ending on top: all three finish, the next three candidates continue, the seventh does not.
+        let ends = [C(score: -0.1, parent: 0, token: end), C(score: -0.2, parent: 1, token: end), C(score: -0.3, parent: 2, token: end),
+                    C(score: -0.4, parent: 0, token: 5), C(score: -0.5, parent: 0, token: 6), C(score: -0.6, parent: 0, token: 7),
+                    C(score: -0.7, parent: 0, token: 8)]
+        let (few, three) = WhisperRecognizer.selectBeams(ends, beams: 3, endOfText: end)
+        #expect(three.count == 3 && few.map(\.token) == [5, 6, 7])
+        // Ties: beam order, then token order.
+        let tied = [C(score: -1, parent: 1, token: 3), C(score: -1, parent: 0, token: 9), C(score: -1, parent: 0, token: 4)]
+        #expect(WhisperRecognizer.selectBeams(tied, beams: 2, endOfText: end).next.map(\.token) == [4, 9])
+    }
+
     @Test("ranking divides the summed log-probability by the length; top-k keeps the largest in order")
     func rankingAndTopK() {
         #expect(WhisperRecognizer.rank(logProbability: -6, length: 12) > WhisperRecognizer.rank(logProbability: -4, length: 4))
