@@ -1,3 +1,4 @@
+import CZlib
 import EarmarkClassification
 import EarmarkDSP
 import Foundation
@@ -694,60 +695,21 @@ public final class WhisperRecognizer {
         return last
     }
 
-    /// How well `text`'s UTF-8 bytes compress, Whisper's repetition measure (it uses zlib; ordinary speech gives
-    /// about 1–2, a phrase looping gives more than 2.4). Here the compressed size is what DEFLATE would take in
-    /// one fixed-Huffman block with greedy longest matches (window 32 KiB, lengths 3–258) and the 6 bytes of
-    /// zlib's wrapper, or stored when that is smaller; 0 for empty text. On prompt-length and looping texts this is
-    /// within 0.2 of zlib's ratio (long ordinary text, where zlib's dynamic Huffman codes win, comes out lower).
+    /// How well `text` compresses, Whisper's repetition measure, computed as faster-whisper and OpenAI's Whisper compute
+    /// it: the text with surrounding white space trimmed, its UTF-8 bytes over their size after zlib's `compress` at the
+    /// default level (Debian's zlib, the library Python's `zlib.compress` calls). Ordinary speech gives about 1–2, a
+    /// phrase looping more than 2.4; 0 for empty text.
     public static func compressionRatio(_ text: String) -> Double {
-        let b = Array(text.utf8), n = b.count
-        guard n > 0 else { return 0 }
-        var bits = 3 + 7    // block header and end of block
-        var i = 0
-        while i < n {
-            var bestLength = 0, bestDistance = 0
-            if i + 3 <= n {
-                var j = i - 1
-                while j >= max(0, i - 32768) {
-                    var l = 0
-                    while l < 258, i + l < n, b[j + l] == b[i + l] { l += 1 }
-                    if l > bestLength {
-                        bestLength = l
-                        bestDistance = i - j
-                        if l == 258 { break }
-                    }
-                    j -= 1
-                }
-            }
-            if bestLength >= 3 {
-                bits += lengthBits(bestLength) + distanceBits(bestDistance)
-                i += bestLength
-            } else {
-                bits += b[i] < 144 ? 8 : 9
-                i += 1
-            }
+        let bytes = Array(text.trimmingCharacters(in: .whitespacesAndNewlines).utf8)
+        guard !bytes.isEmpty else { return 0 }
+        var size = compressBound(uLong(bytes.count))
+        var out = [UInt8](repeating: 0, count: Int(size))
+        let status = out.withUnsafeMutableBufferPointer { o in
+            bytes.withUnsafeBufferPointer { compress2(o.baseAddress, &size, $0.baseAddress, uLong(bytes.count), Z_DEFAULT_COMPRESSION) }
         }
-        let compressed = min(2 + (bits + 7) / 8 + 4, 2 + 5 + n + 4)
-        return Double(n) / Double(compressed)
-    }
-
-    /// Bits of a match length in DEFLATE's fixed code (code and extra bits).
-    static func lengthBits(_ l: Int) -> Int {
-        switch l {
-        case ...10: 7
-        case ...18: 8
-        case ...34: 9
-        case ...66: 10
-        case ...114: 11
-        case ...130: 12
-        case ...257: 13
-        default: 8
-        }
-    }
-
-    /// Bits of a match distance in DEFLATE's fixed code (5-bit code and extra bits).
-    static func distanceBits(_ d: Int) -> Int {
-        d <= 4 ? 5 : 5 + (Int.bitWidth - (d - 1).leadingZeroBitCount - 1) - 1
+        // compress2 only fails without memory or with a buffer smaller than compressBound's; count the text as stored then.
+        let compressed = status == Z_OK ? Int(size) : bytes.count + 11
+        return Double(bytes.count) / Double(compressed)
     }
 
     /// Sets the logits of every token that may not come next to −∞ (CTranslate2's order: suppressed tokens,
