@@ -356,13 +356,15 @@ public final class WhisperRecognizer {
     }
 
     /// Splits a window's tokens at its timestamp pairs (Whisper's rule) and says how many mel frames to move on.
-    /// Times past the window's audio (a short last window is padded to 30 s) are set to its end.
+    /// A segment that starts and ends at the same timestamp is left out, as Whisper and faster-whisper leave it out of
+    /// the transcript and of the earlier text given as a prompt. Times past the window's audio (a short last window is
+    /// padded to 30 s) are then set to its end.
     static func segments(_ tokens: [Int], tokenizer: WhisperTokenizer, offset: Double, windowFrames: Int,
                          secondsPerFrame: Double) -> ([TranscriptSegment], Int) {
         let audioEnd = offset + Double(windowFrames) * secondsPerFrame
         let (found, advance) = unclampedSegments(tokens, tokenizer: tokenizer, offset: offset, windowFrames: windowFrames,
                                                  secondsPerFrame: secondsPerFrame)
-        return (found.map { s in
+        return (found.filter { $0.start != $0.end }.map { s in
             var s = s
             s.start = min(s.start, audioEnd)
             s.end = min(s.end, audioEnd)
