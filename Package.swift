@@ -39,6 +39,8 @@ let package = Package(
         .systemLibrary(name: "CPulseSimple", providers: [.apt(["libpulse-dev"])]),
         .systemLibrary(name: "CEBUR128", pkgConfig: "libebur128", providers: [.apt(["libebur128-dev"])]),
         .systemLibrary(name: "COpenBLAS", pkgConfig: "openblas", providers: [.apt(["libopenblas-dev"])]),
+        // Whisper's repetition guard measures text with zlib (Foundation has no zlib API on Linux).
+        .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
 
         .target(name: "EarmarkAudio", dependencies: ["CSndFile", "CSoxr", "COpus", "CMPG123"]),
         .target(name: "EarmarkCapture", dependencies: ["CPulseSimple", "EarmarkAudio"]),
@@ -55,7 +57,7 @@ let package = Package(
         .target(name: "EarmarkClassification", dependencies: ["COpenBLAS", "EarmarkAudio", "EarmarkDSP"],
                 resources: [.copy("Resources/instrument-head.json")]),
         // Speech to text: Whisper base in Float32 on OpenBLAS (model made by tools/fetch-speech-model.sh).
-        .target(name: "EarmarkSpeech", dependencies: ["COpenBLAS", "EarmarkAudio", "EarmarkDSP", "EarmarkClassification"]),
+        .target(name: "EarmarkSpeech", dependencies: ["COpenBLAS", "CZlib", "EarmarkAudio", "EarmarkDSP", "EarmarkClassification"]),
         .target(name: "EarmarkKit", dependencies: [
             "EarmarkAudio", "EarmarkSignature", "EarmarkCatalog", "EarmarkMatching", "EarmarkStreaming", "EarmarkAnalysis",
             "EarmarkClassification", "EarmarkSpeech",

@@ -1,3 +1,4 @@
+import CZlib
 import EarmarkClassification
 import EarmarkDSP
 import Foundation
@@ -135,6 +136,9 @@ public final class WhisperRecognizer {
     private var rowSlots: [Int] = []
     /// End of the last timed word of the recording being transcribed (seconds).
     private var lastSpeechTime = 0.0
+    /// Called after every 30-s window is decoded, with the window's start in the recording (seconds), its decoding
+    /// and whether it was skipped as silence (for benchmarks and diagnosis; nil by default).
+    public var windowObserver: ((_ start: Double, _ decoding: WindowDecoding, _ skipped: Bool) -> Void)?
 
     public init(model: SpeechModel) {
         self.model = model
@@ -215,10 +219,12 @@ public final class WhisperRecognizer {
             let windowOffset = offset + Double(seek) * secondsPerFrame
             if let threshold = options.noSpeechThreshold, result.noSpeechProbability > threshold,
                result.averageLogProbability < options.logProbabilityThreshold {
+                windowObserver?(windowOffset, result, true)
                 seek += size
                 progress(Double(seek) / Double(mel.frames))
                 continue
             }
+            windowObserver?(windowOffset, result, false)
             var (found, advance) = WhisperRecognizer.segments(result.tokens, tokenizer: model.tokenizer, offset: windowOffset,
                                                               windowFrames: size, secondsPerFrame: secondsPerFrame)
             if options.wordTimestamps {
@@ -350,13 +356,15 @@ public final class WhisperRecognizer {
     }
 
     /// Splits a window's tokens at its timestamp pairs (Whisper's rule) and says how many mel frames to move on.
-    /// Times past the window's audio (a short last window is padded to 30 s) are set to its end.
+    /// A segment that starts and ends at the same timestamp is left out, as Whisper and faster-whisper leave it out of
+    /// the transcript and of the earlier text given as a prompt. Times past the window's audio (a short last window is
+    /// padded to 30 s) are then set to its end.
     static func segments(_ tokens: [Int], tokenizer: WhisperTokenizer, offset: Double, windowFrames: Int,
                          secondsPerFrame: Double) -> ([TranscriptSegment], Int) {
         let audioEnd = offset + Double(windowFrames) * secondsPerFrame
         let (found, advance) = unclampedSegments(tokens, tokenizer: tokenizer, offset: offset, windowFrames: windowFrames,
                                                  secondsPerFrame: secondsPerFrame)
-        return (found.map { s in
+        return (found.filter { $0.start != $0.end }.map { s in
             var s = s
             s.start = min(s.start, audioEnd)
             s.end = min(s.end, audioEnd)
@@ -555,17 +563,17 @@ public final class WhisperRecognizer {
     }
 
     /// One candidate continuation of a beam.
-    private struct Candidate {
+    struct Candidate: Equatable {
         var score: Double
         var parent: Int
         var token: Int
     }
 
-    /// Beam search at temperature 0 with `beams` sequences, as Whisper's: every beam proposes its `beams + 1` likeliest
-    /// next tokens; the likeliest proposals overall become the new beams, except those that end the text, which are
-    /// finished; it stops when `beams` sequences are finished (or at the length limit, where the open beams count as
-    /// finished). Each beam has its own key/value cache slot: a beam's first continuation keeps its parent's slot and
-    /// the others get copies in slots no continuation kept.
+    /// Beam search at temperature 0 with `beams` sequences, as CTranslate2's: the `2 · beams` likeliest continuations of
+    /// all beams are candidates, those among the first `beams` that end the text are finished and the first `beams` that
+    /// do not are the new beams (``selectBeams(_:beams:endOfText:)``); it stops when `beams` sequences are finished (or at
+    /// the length limit, where the open beams count as finished). Each beam has its own key/value cache slot: a beam's
+    /// first continuation keeps its parent's slot and the others get copies in slots no continuation kept.
     private func beamSearch(beams: Int, options: TranscriptionOptions) -> (tokens: [Int], logProbability: Double) {
         let special = model.special, vocabularySize = model.architecture.vocabularySize
         let limit = min(options.maximumTokensPerWindow, model.architecture.textContext - network.position)
@@ -582,24 +590,13 @@ public final class WhisperRecognizer {
                 let rowLogits = logits + row * vocabularySize
                 applyRules(rowLogits, sampled: beam.tokens, options: options)
                 let normaliser = WhisperRecognizer.logSumExp(rowLogits, count: vocabularySize)
-                WhisperRecognizer.largest(rowLogits, count: vocabularySize, k: beams + 1, into: &top)
+                WhisperRecognizer.largest(rowLogits, count: vocabularySize, k: 2 * beams, into: &top)
                 for t in top where t.value > -.infinity {
                     candidates.append(Candidate(score: beam.logProbability + Double(t.value) - normaliser, parent: row, token: t.index))
                 }
             }
-            // Likeliest first; ties in beam, then token order.
-            candidates.sort { $0.score != $1.score ? $0.score > $1.score : ($0.parent != $1.parent ? $0.parent < $1.parent : $0.token < $1.token) }
-            var next: [Candidate] = []
-            var ended: [(tokens: [Int], logProbability: Double)] = []
-            for c in candidates {
-                if c.token == special.endOfText {
-                    ended.append((active[c.parent].tokens, c.score))
-                } else {
-                    next.append(c)
-                    if next.count == beams { break }
-                }
-            }
-            finished += ended  // all of them, as CTranslate2 registers every beam that ends, then ranks them
+            let (next, ended) = WhisperRecognizer.selectBeams(candidates, beams: beams, endOfText: special.endOfText)
+            finished += ended.map { (active[$0.parent].tokens, $0.score) }
             length += 1
             if finished.count >= beams || next.isEmpty || length >= limit || network.position >= model.architecture.textContext {
                 if finished.count < beams {
@@ -637,6 +634,25 @@ public final class WhisperRecognizer {
             best = i
         }
         return finished.isEmpty ? ([], 0) : finished[best]
+    }
+
+    /// One step of beam search's choice, as CTranslate2's: of all proposals (each open beam's `2 · beams` likeliest next
+    /// tokens), the `2 · beams` likeliest overall are candidates; those among the first `beams` that end the text are
+    /// finished, and the open beams are the first `beams` candidates that do not end it (so an end of text ranked below
+    /// the first `beams` is dropped, not finished). Ties: beam, then token order.
+    static func selectBeams(_ proposals: [Candidate], beams: Int, endOfText: Int) -> (next: [Candidate], ended: [Candidate]) {
+        let ranked = proposals.sorted {
+            $0.score != $1.score ? $0.score > $1.score : ($0.parent != $1.parent ? $0.parent < $1.parent : $0.token < $1.token)
+        }.prefix(2 * beams)
+        var next: [Candidate] = [], ended: [Candidate] = []
+        for (rank, c) in ranked.enumerated() {
+            if c.token == endOfText {
+                if rank < beams { ended.append(c) }
+            } else if next.count < beams {
+                next.append(c)
+            }
+        }
+        return (next, ended)
     }
 
     /// Whisper's ranking of finished sequences without a length penalty: summed log-probability over the number of tokens.
@@ -681,60 +697,21 @@ public final class WhisperRecognizer {
         return last
     }
 
-    /// How well `text`'s UTF-8 bytes compress, Whisper's repetition measure (it uses zlib; ordinary speech gives
-    /// about 1–2, a phrase looping gives more than 2.4). Here the compressed size is what DEFLATE would take in
-    /// one fixed-Huffman block with greedy longest matches (window 32 KiB, lengths 3–258) and the 6 bytes of
-    /// zlib's wrapper, or stored when that is smaller; 0 for empty text. On prompt-length and looping texts this is
-    /// within 0.2 of zlib's ratio (long ordinary text, where zlib's dynamic Huffman codes win, comes out lower).
+    /// How well `text` compresses, Whisper's repetition measure, computed as faster-whisper and OpenAI's Whisper compute
+    /// it: the text with surrounding white space trimmed, its UTF-8 bytes over their size after zlib's `compress` at the
+    /// default level (Debian's zlib, the library Python's `zlib.compress` calls). Ordinary speech gives about 1–2, a
+    /// phrase looping more than 2.4; 0 for empty text.
     public static func compressionRatio(_ text: String) -> Double {
-        let b = Array(text.utf8), n = b.count
-        guard n > 0 else { return 0 }
-        var bits = 3 + 7    // block header and end of block
-        var i = 0
-        while i < n {
-            var bestLength = 0, bestDistance = 0
-            if i + 3 <= n {
-                var j = i - 1
-                while j >= max(0, i - 32768) {
-                    var l = 0
-                    while l < 258, i + l < n, b[j + l] == b[i + l] { l += 1 }
-                    if l > bestLength {
-                        bestLength = l
-                        bestDistance = i - j
-                        if l == 258 { break }
-                    }
-                    j -= 1
-                }
-            }
-            if bestLength >= 3 {
-                bits += lengthBits(bestLength) + distanceBits(bestDistance)
-                i += bestLength
-            } else {
-                bits += b[i] < 144 ? 8 : 9
-                i += 1
-            }
+        let bytes = Array(text.trimmingCharacters(in: .whitespacesAndNewlines).utf8)
+        guard !bytes.isEmpty else { return 0 }
+        var size = compressBound(uLong(bytes.count))
+        var out = [UInt8](repeating: 0, count: Int(size))
+        let status = out.withUnsafeMutableBufferPointer { o in
+            bytes.withUnsafeBufferPointer { compress2(o.baseAddress, &size, $0.baseAddress, uLong(bytes.count), Z_DEFAULT_COMPRESSION) }
         }
-        let compressed = min(2 + (bits + 7) / 8 + 4, 2 + 5 + n + 4)
-        return Double(n) / Double(compressed)
-    }
-
-    /// Bits of a match length in DEFLATE's fixed code (code and extra bits).
-    static func lengthBits(_ l: Int) -> Int {
-        switch l {
-        case ...10: 7
-        case ...18: 8
-        case ...34: 9
-        case ...66: 10
-        case ...114: 11
-        case ...130: 12
-        case ...257: 13
-        default: 8
-        }
-    }
-
-    /// Bits of a match distance in DEFLATE's fixed code (5-bit code and extra bits).
-    static func distanceBits(_ d: Int) -> Int {
-        d <= 4 ? 5 : 5 + (Int.bitWidth - (d - 1).leadingZeroBitCount - 1) - 1
+        // compress2 only fails without memory or with a buffer smaller than compressBound's; count the text as stored then.
+        let compressed = status == Z_OK ? Int(size) : bytes.count + 11
+        return Double(bytes.count) / Double(compressed)
     }
 
     /// Sets the logits of every token that may not come next to −∞ (CTranslate2's order: suppressed tokens,

@@ -7,6 +7,8 @@
 // the speech with the sound model first (its time is included). --json: one JSON object a line per file
 // ({file, audio, seconds, language, text}) instead, then {audio, seconds} for all (tools/speech-eval.sh reads it).
 // --short-padding S: TranscriptionOptions.shortWindowPadding; --no-previous-text: conditionOnPreviousText off.
+// --trace: every window's start, temperature, mean log-probability, compression ratio, no-speech probability and
+// text on standard error, and with --json every segment ({start, end, text}) in the file's line.
 import EarmarkKit
 import Foundation
 
@@ -19,6 +21,7 @@ var beam = 5
 var json = false
 var shortPadding: Double?
 var previousText = true
+var trace = false
 var args = CommandLine.arguments.dropFirst().makeIterator()
 while let a = args.next() {
     switch a {
@@ -30,9 +33,10 @@ while let a = args.next() {
     case "--json": json = true
     case "--short-padding": shortPadding = args.next().flatMap { Double($0) }
     case "--no-previous-text": previousText = false
+    case "--trace": trace = true
     case "-h", "--help":
         print("usage: earmark-speech-bench [--model PATH] [--language CODE] [--beam N] [--words] [--detect SOUND-MODEL] [--json] "
-              + "[--short-padding SECONDS] [--no-previous-text] FILE...")
+              + "[--short-padding SECONDS] [--no-previous-text] [--trace] FILE...")
         exit(0)
     default: files.append(a)
     }
@@ -47,6 +51,14 @@ do {
     var start = clock.now
     let model = try SpeechModel(path: modelPath)
     let recognizer = WhisperRecognizer(model: model)
+    if trace {
+        recognizer.windowObserver = { start, d, skipped in
+            let text = recognizer.model.tokenizer.decode(d.tokens)
+            FileHandle.standardError.write(Data(String(format: "window %.2f s: T %.1f, logprob %.3f, ratio %.3f, no-speech %.3f%@ |%@\n",
+                                                        start, d.temperature, d.averageLogProbability, d.compressionRatio,
+                                                        d.noSpeechProbability, skipped ? " (skipped)" : "", text).utf8))
+        }
+    }
     let detector = try soundModelPath.map { SpeechDetector(soundModel: try SoundModel(path: $0)) }
     if !json { print(String(format: "model load %.2f s", seconds(clock.now - start))) }
     var totalAudio = 0.0, totalTime = 0.0
@@ -74,7 +86,8 @@ do {
         totalAudio += audio
         totalTime += total
         if json {
-            let line: [String: Any] = ["file": file, "audio": audio, "seconds": total, "language": result.language, "text": result.text]
+            var line: [String: Any] = ["file": file, "audio": audio, "seconds": total, "language": result.language, "text": result.text]
+            if trace { line["segments"] = result.segments.map { ["start": $0.start, "end": $0.end, "text": $0.text] as [String: Any] } }
             print(String(decoding: try JSONSerialization.data(withJSONObject: line, options: [.sortedKeys]), as: UTF8.self))
             continue
         }

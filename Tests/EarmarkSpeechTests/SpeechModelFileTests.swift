@@ -1,4 +1,4 @@
-import EarmarkSpeech
+@testable import EarmarkSpeech
 import EarmarkTestSupport
 import Foundation
 import Testing
@@ -137,6 +137,18 @@ struct SpeechModelFileTests {
         #expect(abs(tokenizer.time(of: 291) - 0.5) < 1e-12)
         // A lone continuation byte is not valid UTF-8.
         #expect(tokenizer.decode([0xA9]) == "\u{FFFD}")
+    }
+
+    @Test("a window's tokens split at timestamp pairs; a segment that starts and ends at one time is left out, as Whisper does")
+    func instantaneousSegmentsDropped() throws {
+        let tokenizer = try SpeechModel(data: TinyModel.data(), name: "tiny").tokenizer
+        // Time tokens from 266 (0.00 s), 0.02 s apart: <0.00> a <0.20><0.20> b <0.20><0.40> c <0.60><0.60>.
+        let tokens = [266, 0x61, 276, 276, 0x62, 276, 286, 0x63, 296, 296]
+        let (found, advance) = WhisperRecognizer.segments(tokens, tokenizer: tokenizer, offset: 10, windowFrames: 3000, secondsPerFrame: 0.01)
+        #expect(found.map(\.text) == ["a", "c"])
+        #expect(zip(found.map(\.start), [10, 10.4]).allSatisfy { abs($0 - $1) < 1e-9 })
+        #expect(zip(found.map(\.end), [10.2, 10.6]).allSatisfy { abs($0 - $1) < 1e-9 })
+        #expect(advance == 60, "the window still moves on to the last complete pair's end, <0.60>")
     }
 
     @Test("truncated, damaged, foreign and missing files give clear errors, never a crash")
