@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   pkg-config libfftw3-dev libsndfile1-dev libsqlite3-dev libsoxr-dev libopus-dev libogg-dev libmpg123-dev
-  libpulse-dev pulseaudio pulseaudio-utils libebur128-dev libopenblas-dev python3 python3-venv
+  libpulse-dev pulseaudio pulseaudio-utils libebur128-dev libopenblas-dev zlib1g-dev python3 python3-venv
   sox libsox-fmt-all ffmpeg sqlite3 ca-certificates espeak-ng xmp faketime
   chromium python3-websocket   # tools/browser-test.py: the page of `earmark serve` in headless Chromium, over CDP
   asterisk-core-sounds-en asterisk-core-sounds-en-wav   # speech tests: real telephone prompts and their transcripts
