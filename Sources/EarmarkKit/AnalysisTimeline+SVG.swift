@@ -378,11 +378,21 @@ private struct TimelineDrawing {
         endLane()
 
         let share = t.duration > 0 ? s.speech.reduce(0) { $0 + $1.duration } / t.duration : 0
-        let top2 = beginLane("speech", title: "Speech", detail: [s.speech.isEmpty ? "none" : "\(Int((share * 100).rounded())) % of the time"],
-                             height: 30)
+        let words = s.transcript.reduce(0) { $0 + $1.label.split(whereSeparator: \.isWhitespace).count }
+        let top2 = beginLane("speech", title: "Speech",
+                             detail: [s.speech.isEmpty ? "none" : "\(Int((share * 100).rounded())) % of the time"]
+                                 + (words > 0 ? ["\(words) words transcribed"] : []),
+                             height: s.transcript.isEmpty ? 30 : 44)
         for r in s.speech {
             out.raw("<rect x=\"\(fmt(x(r.start), 1))\" y=\"\(fmt(top2 + 4))\" width=\"\(fmt(max(1, x(r.end) - x(r.start)), 1))\" height=\"14\" "
                     + "fill=\"\(Palette.speech)\" rx=\"3\" class=\"speech\"><title>speech \(clock(r.start))–\(clock(r.end))</title></rect>\n")
+        }
+        // Each segment's text under its stretch, cut to the stretch's width; the whole of it is the tooltip.
+        for segment in s.transcript {
+            let left = x(segment.start)
+            let shown = fitted(segment.label, width: max(0, x(segment.end) - left), size: 10) ?? ""
+            out.raw("<text x=\"\(fmt(left, 1))\" y=\"\(fmt(top2 + 31))\" font-size=\"10\" fill=\"\(Palette.ink)\" class=\"transcript\">"
+                    + "\(xmlEscaped(shown))<title>\(xmlEscaped(segment.label)) \(clock(segment.start))–\(clock(segment.end))</title></text>\n")
         }
         if s.speech.isEmpty { out.text("no speech detected", x: plotX + 6, y: top2 + 15, size: 12, fill: Palette.muted) }
         endLane()

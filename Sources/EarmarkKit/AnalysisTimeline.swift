@@ -92,14 +92,17 @@ public struct AnalysisTimeline: Sendable, Equatable {
         }
     }
 
-    /// Runs of the leading sound class (YAMNet labels) and the speech ranges.
+    /// Runs of the leading sound class (YAMNet labels), the speech ranges and what is said in them.
     public struct Sounds: Sendable, Equatable {
         /// Runs of the leading label, labelled with its name.
         public var classes: [Span]
         public var speech: [TimeRange]
-        public init(classes: [Span], speech: [TimeRange]) {
+        /// The transcript's segments, labelled with their text (empty: not transcribed, or nothing said).
+        public var transcript: [Span]
+        public init(classes: [Span], speech: [TimeRange], transcript: [Span] = []) {
             self.classes = classes
             self.speech = speech
+            self.transcript = transcript
         }
     }
 
@@ -155,6 +158,7 @@ extension AnalysisTimeline {
             }
         }
         sounds = file.sound.map(Sounds.init)
+        sounds?.transcript = file.speech.map(AnalysisTimeline.spans) ?? []
     }
 
     /// The timeline of what the catalog stores for `track` (`catalog add --analyze`); kinds it cannot read are left out.
@@ -184,6 +188,11 @@ extension AnalysisTimeline {
             }
         }
         sounds = stored(SoundAnalysis.self, SoundAnalysis.kind).map(Sounds.init)
+        sounds?.transcript = stored(SpeechAnalysis.self, SpeechAnalysis.kind).map(AnalysisTimeline.spans) ?? []
+    }
+
+    static func spans(_ speech: SpeechAnalysis) -> [Span] {
+        speech.segments.filter { !$0.text.isEmpty }.map { Span(start: $0.start, end: $0.end, label: $0.text) }
     }
 
     static func spans(_ key: KeyResult) -> [Span] {

@@ -73,6 +73,34 @@ import Testing
         #expect(doc.all("text").contains { $0.text == "<b>&</b>" })
     }
 
+    /// The transcript is written under the speech ranges: each segment's text cut to its stretch, the whole text
+    /// (escaped) in its tooltip; a lane without one says no words and draws no text.
+    @Test func theSpeechLaneShowsTheTranscript() throws {
+        var timeline = AnalysisTimeline(title: "prompts", duration: 60)
+        let long = "Please enter your agent number followed by the pound key, then <hold> & wait."
+        timeline.sounds = .init(classes: [.init(start: 0, end: 60, label: "Speech")],
+                                speech: [TimeRange(start: 2, end: 20), TimeRange(start: 40, end: 43)],
+                                transcript: [.init(start: 2, end: 20, label: "That agent is already logged on."),
+                                             .init(start: 40, end: 43, label: long)])
+        let doc = try Self.parse(timeline)
+        let texts = doc.all("text", ["class": "transcript"])
+        #expect(texts.count == 2)
+        #expect(texts.first?.text == "That agent is already logged on.")
+        #expect(abs(try #require(texts.first?.number("x")) - (try Self.x(2, in: doc))) < 0.1)
+        // Three seconds of a 60-s axis hold a few characters of the long segment, and the tooltip all of it.
+        let cut = try #require(texts.last?.text)
+        #expect(cut.hasSuffix("…") && cut.count < 10 && long.hasPrefix(String(cut.dropLast())), "\(cut)")
+        let tips = doc.all("title").map(\.text)
+        #expect(tips.contains { $0.hasPrefix(long) }, "\(tips)")
+        #expect(doc.all("text").contains { $0.text == "20 words transcribed" })
+
+        timeline.sounds?.transcript = []
+        let plain = try Self.parse(timeline)
+        #expect(plain.all("text", ["class": "transcript"]).isEmpty)
+        #expect(!plain.all("text").contains { $0.text.hasSuffix("words transcribed") })
+        #expect(try #require(plain.root?.number("height")) < (try #require(doc.root?.number("height"))))
+    }
+
     @Test func missingDataGetsNoLanes() throws {
         let empty = try Self.parse(AnalysisTimeline(title: "bare", duration: 60), width: 700)
         #expect(empty.lanes.isEmpty)

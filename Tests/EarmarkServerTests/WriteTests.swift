@@ -172,8 +172,12 @@ import Testing
             #expect(added.status == 201, "\(added.text)")
             let analysis = try #require(added.object["analysis"] as? [String: Any])
             #expect(analysis as NSDictionary == expectedAnalysis as NSDictionary)
-            // Removed and added again with transcribe=false: no transcript, the rest of the analysis as before.
+            // The track's picture writes what is said under the speech.
             let id = try #require(added.object["id"] as? Int)
+            let picture = try SVGDocument(try await server.get("/v1/tracks/\(id)/timeline.svg").body)
+            let said = picture.all("text", ["class": "transcript"]).map(\.text).joined(separator: " ")
+            #expect(said.contains("agent"), "\(said)")
+            // Removed and added again with transcribe=false: no transcript, the rest of the analysis as before.
             #expect(try await WriteTests.send(server, "DELETE", "/v1/tracks/\(id)", headers: WriteTests.bearer).status == 204)
             let plain = try await WriteTests.send(server, "POST", "/v1/tracks?analyze=true&transcribe=false&name=prompt.wav", body: body,
                                                   headers: WriteTests.bearer)
