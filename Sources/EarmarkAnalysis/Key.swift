@@ -204,11 +204,8 @@ public final class KeyDetector {
         if let music, !music.hasMusic { return nil }
         let frameSeconds = Double(KeyDetector.hop) / KeyDetector.sampleRate
         // Only the frames inside the music, joined end to end; times are mapped back to the file.
-        let selection = music.flatMap { m in
-            m.coversAll ? nil : FrameSelection(frames: m.frames(count: allPeaks.count) {
-                (Double($0 * KeyDetector.hop) + Double(KeyDetector.fftSize) / 2) / KeyDetector.sampleRate
-            }, frameRate: 1 / frameSeconds)
-        }
+        let selection = music?.selection(count: allPeaks.count, hop: KeyDetector.hop, fftSize: KeyDetector.fftSize,
+                                         sampleRate: KeyDetector.sampleRate, frameRate: 1 / frameSeconds)
         let framePeaks = selection.map { $0.pick(allPeaks) } ?? allPeaks
         guard !framePeaks.isEmpty else { return nil }
         let t = KeyDetector.tuning(framePeaks)

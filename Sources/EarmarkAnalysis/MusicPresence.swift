@@ -153,7 +153,7 @@ public struct MusicPresence: Codable, Sendable, Equatable {
     public var hasMusic: Bool { !ranges.isEmpty }
 
     /// Whether the ranges cover the whole file (nothing to leave out).
-    var coversAll: Bool {
+    public var coversAll: Bool {
         ranges.count == 1 && ranges[0].start <= 0 && ranges[0].end >= duration
     }
 
@@ -167,6 +167,13 @@ public struct MusicPresence: Codable, Sendable, Equatable {
             if r < ranges.count, t >= ranges[r].start { out.append(i) }
         }
         return out
+    }
+
+    /// The frames inside the ranges of an analysis of `count` frames, `fftSize` samples every `hop` at
+    /// `sampleRate` (`frameRate` frames a second), as a ``FrameSelection``; nil when the music covers the file.
+    func selection(count: Int, hop: Int, fftSize: Int, sampleRate: Double, frameRate: Double) -> FrameSelection? {
+        coversAll ? nil : FrameSelection(frames: frames(count: count) { (Double($0 * hop) + Double(fftSize) / 2) / sampleRate },
+                                         frameRate: frameRate)
     }
 
     /// `items` (time ranges in file seconds, in order) cut to the music ranges: parts outside them are

@@ -305,11 +305,8 @@ public final class BeatTracker {
 
     /// The frames inside `music`'s ranges (nil: all of them, as without `music`).
     private func selection(_ music: MusicPresence?) -> FrameSelection? {
-        music.flatMap { m in
-            m.coversAll ? nil : FrameSelection(frames: m.frames(count: novelty.count) {
-                (Double($0 * BeatTracker.hop) + Double(BeatTracker.fftSize) / 2) / BeatTracker.sampleRate
-            }, frameRate: BeatTracker.frameRate)
-        }
+        music?.selection(count: novelty.count, hop: BeatTracker.hop, fftSize: BeatTracker.fftSize,
+                         sampleRate: BeatTracker.sampleRate, frameRate: BeatTracker.frameRate)
     }
 
     /// Everything appended: beats, bars and BPM (nil when the audio has no steady pulse). With `music`,

@@ -265,11 +265,9 @@ public final class StructureAnalyzer {
             return StructureResult(sections: [], segments: [], phrases: [], duration: duration, reason: music.reason)
         }
         // Only the frames inside the music, joined end to end; boundaries are mapped back to the file.
-        let selection = music.flatMap { m in
-            m.coversAll ? nil : FrameSelection(frames: m.frames(count: frames.count) {
-                (Double($0 * StructureAnalyzer.hop) + Double(StructureAnalyzer.fftSize) / 2) / StructureAnalyzer.sampleRate
-            }, frameRate: StructureAnalyzer.sampleRate / Double(StructureAnalyzer.hop))
-        }
+        let selection = music?.selection(count: frames.count, hop: StructureAnalyzer.hop, fftSize: StructureAnalyzer.fftSize,
+                                         sampleRate: StructureAnalyzer.sampleRate,
+                                         frameRate: StructureAnalyzer.sampleRate / Double(StructureAnalyzer.hop))
         let flux = selection?.pick(self.flux) ?? self.flux
         let x = blocks(selection?.pick(self.frames) ?? self.frames)
         let joinedDuration = selection.map { Double($0.frames.count * StructureAnalyzer.hop) / StructureAnalyzer.sampleRate } ?? duration

@@ -212,7 +212,7 @@ struct AnalysisReport: Encodable {
             if let i = instruments { lines.append("  instruments: " + i.summaryText) }
             return lines.joined(separator: "\n")
         }
-        if let music, !music.ranges.isEmpty, !(music.ranges.count == 1 && music.ranges[0].start <= 0 && music.ranges[0].end >= music.duration) {
+        if let music, music.hasMusic, !music.coversAll {
             lines.append("  music " + music.ranges.map { "\(formatDuration($0.start))–\(formatDuration($0.end))" }.joined(separator: ", "))
         }
         if let k = key {
