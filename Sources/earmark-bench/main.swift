@@ -13,6 +13,8 @@ struct Options {
     var open = false
     /// Landmark design of a new catalog: "pairs" (the default) or "triplets" (experimental).
     var landmarks = "pairs"
+    /// `NAME=VALUE` replacements of the matcher's options (``MatchOptions/override(_:)``).
+    var matchOptions: [String] = []
 }
 
 func parseOptions() -> Options {
@@ -28,12 +30,18 @@ func parseOptions() -> Options {
         case "--dump": o.dump = args.next()
         case "--open": o.open = true
         case "--landmarks": o.landmarks = args.next() ?? ""
+        case "--match-option":
+            let text = args.next() ?? ""
+            var probe = MatchOptions.default
+            guard probe.override(text) else { print("--match-option: NAME=VALUE, NAME one of \(MatchOptions.overridable.joined(separator: ", "))"); exit(2) }
+            o.matchOptions.append(text)
         default:
             FileHandle.standardError.write(Data("""
-            usage: earmark-bench --corpus DIR/corpus/public --queries DIR/queries/NAME [--catalog PATH] [--reuse] [--limit N] [--dump results.tsv] [--open] [--landmarks pairs|triplets]
+            usage: earmark-bench --corpus DIR/corpus/public --queries DIR/queries/NAME [--catalog PATH] [--reuse] [--limit N] [--dump results.tsv] [--open] [--landmarks pairs|triplets] [--match-option NAME=VALUE]…
               --reuse   keep an existing catalog at --catalog instead of re-indexing
               --open    report the best candidate of every query even below the no-match threshold (for calibration)
               --landmarks  the landmark design of a new catalog: pairs (default) or triplets (experimental)
+              --match-option  replaces one of the matcher's options, for experiments (e.g. skewFanout=12); repeatable
 
             """.utf8))
             exit(a == "--help" ? 0 : 2)
@@ -105,6 +113,7 @@ if FileManager.default.fileExists(atPath: overlapPath) {
 let queries = Array(readTSV(o.queries + "/queries.tsv").prefix(o.limit))
 let matcher = Matcher(catalog: catalog)
 if let v = ProcessInfo.processInfo.environment["EARMARK_VERIFY_RANK"].flatMap(Int.init) { matcher.options.verifyRankLimit = v }
+for text in o.matchOptions { _ = matcher.options.override(text) }
 if o.open {
     matcher.options.decisiveSignificance = matcher.options.minimumSignificance + 5
     matcher.options.minimumSignificance = -1e9

@@ -30,8 +30,8 @@ struct Options {
     /// default: a forward stretch is a bin-shifted, time-scaled copy of a real track's audio, which a clip skewed the
     /// same way matches as well as the original (docs/benchmarks.md#large-catalogs).
     var reversedShare = 1.0
-    /// Replaces ``MatchOptions/explainedShare`` in the matching process (nil: the matcher's default).
-    var explainedShare: Double?
+    /// Matcher options replaced in the matching process (`--match-option NAME=VALUE`), as ``MatchOptions/override(_:)`` takes them.
+    var matchOptions: [String] = []
     /// Names catalogs of a generator other than the issue's (a quarter reversed) apart, in the cache.
     var variant: String {
         reversedShare == SyntheticTrackGenerator.reverseProbability ? "" : "-rev\(Int((reversedShare * 100).rounded()))"
@@ -42,7 +42,7 @@ func usage(_ status: Int32) -> Never {
     FileHandle.standardError.write(Data("""
     usage: earmark-scale-bench --corpus DIR/corpus/public --queries DIR/queries/NAME [--skew-queries DIR/queries/NAME]
                                [--sizes 100,1000,10000] [--seed N] [--cache DIR] [--earmark PATH] [--cold-sample N] [--minutes M] [--workers N]
-                               [--landmarks pairs|triplets] [--no-compact] [--reversed-share S] [--explained-share X]
+                               [--landmarks pairs|triplets] [--no-compact] [--reversed-share S] [--match-option NAME=VALUE]…
       --sizes         catalog sizes in hours of audio, built (or taken from --cache) in increasing order
       --cache         where catalogs and clip signatures are kept (default ~/.cache/earmark-corpus/scale)
       --earmark       the CLI timed as a fresh process (default: earmark next to this executable)
@@ -56,8 +56,9 @@ func usage(_ status: Int32) -> Never {
                       what a speed, tempo or pitch change makes of a real track's audio, so a skewed clip has no
                       copies of itself to be matched to; 0.25 is the generator of the large-catalog issue, whose
                       forward stretches are such copies; catalogs of a share other than 0.25 are cached as -revNN)
-      --explained-share the matching process's MatchOptions.explainedShare, 0…1 (0: the rule is off; the CLI runs
-                      keep the default)
+      --match-option  replaces one of the matching process's MatchOptions (the CLI runs keep the defaults), for
+                      experiments: \(MatchOptions.overridable.joined(separator: ", "))
+                      (e.g. candidates=32); repeatable. --explained-share X is --match-option explainedShare=X
 
     """.utf8))
     exit(status)
@@ -65,6 +66,7 @@ func usage(_ status: Int32) -> Never {
 
 func parseOptions(_ arguments: [String]) -> Options {
     var o = Options()
+    var probe = MatchOptions.default
     var args = arguments.makeIterator()
     while let a = args.next() {
         switch a {
@@ -91,9 +93,10 @@ func parseOptions(_ arguments: [String]) -> Options {
         case "--reversed-share":
             guard let share = Double(args.next() ?? ""), (0...1).contains(share) else { usage(2) }
             o.reversedShare = share
-        case "--explained-share":
-            guard let share = Double(args.next() ?? ""), (0...1).contains(share) else { usage(2) }
-            o.explainedShare = share
+        case "--explained-share", "--match-option":
+            let text = a == "--explained-share" ? "explainedShare=" + (args.next() ?? "") : args.next() ?? ""
+            guard probe.override(text) else { usage(2) }
+            o.matchOptions.append(text)
         case "--help", "-h": usage(0)
         default: usage(2)
         }
@@ -676,14 +679,14 @@ final class AnonymousMemorySampler: @unchecked Sendable {
 /// key TAB path: the first, the second, then all in order, until SECONDS have passed; 0: no limit) and
 /// writes a ChildReport as JSON. Only `matcher.match` is timed; each signature is read just before it is
 /// matched and dropped after, so the peak RSS is the matcher's.
-func runChild(catalogPath: String, list: String, out: String, budget: Double, explainedShare: Double?) throws {
+func runChild(catalogPath: String, list: String, out: String, budget: Double, matchOptions: [String]) throws {
     let clock = ContinuousClock()
     let items = readTSV(list).map { ($0["key"]!, $0["path"]!) }
     let sampler = AnonymousMemorySampler()
     let t0 = clock.now
     let catalog = try Catalog(path: catalogPath, readOnly: true)
     let matcher = Matcher(catalog: catalog)
-    if let explainedShare { matcher.options.explainedShare = explainedShare }
+    guard matchOptions.allSatisfy({ matcher.options.override($0) }) else { usage(2) }
     let openMs = seconds(clock.now - t0) * 1000
     func once(_ item: (String, String)) -> ChildResult {
         let sig: Signature
@@ -850,7 +853,7 @@ func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], conte
     // eviction runs, or another job, may have dropped it); the evicted case is the CLI's below.
     loadIntoPageCache(catalog.path)
     let child = spawn([context.selfPath, "__match", catalog.path, tmp + ".tsv", tmp + ".json", "\(warmBudget)"]
-                          + (o.explainedShare.map { ["\($0)"] } ?? []), quiet: false)
+                          + o.matchOptions, quiet: false)
     guard child.status == 0, let data = FileManager.default.contents(atPath: tmp + ".json") else {
         throw CatalogError(.ioError, "the matching process failed (exit \(child.status))", path: catalog.path)
     }
@@ -1069,9 +1072,11 @@ func printSummary(_ rows: [SizeSummary]) {
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 if arguments.first == "__match" {
-    guard arguments.count == 5 || arguments.count == 6, let budget = Double(arguments[4]) else { usage(2) }
-    let explainedShare = arguments.count == 6 ? Double(arguments[5]) : nil
-    do { try runChild(catalogPath: arguments[1], list: arguments[2], out: arguments[3], budget: budget, explainedShare: explainedShare) } catch { note("matching process: \(error)"); exit(2) }
+    guard arguments.count >= 5, let budget = Double(arguments[4]) else { usage(2) }
+    do {
+        try runChild(catalogPath: arguments[1], list: arguments[2], out: arguments[3], budget: budget,
+                     matchOptions: Array(arguments.dropFirst(5)))
+    } catch { note("matching process: \(error)"); exit(2) }
     exit(0)
 }
 
@@ -1090,7 +1095,7 @@ if FileManager.default.fileExists(atPath: overlapPath) {
         if let a = r["id_a"], let b = r["id_b"] { overlaps[a, default: []].insert(b); overlaps[b, default: []].insert(a) }
     }
 }
-say("earmark-scale-bench: sizes \(o.sizes.map { "\($0) h" }.joined(separator: ", ")), seed \(o.seed), signature version \(version), \(fmt(100 * o.reversedShare, 0)) % of synthetic stretches reversed, \(o.explainedShare.map { "explainedShare \(fmt($0, 2)), " } ?? "")\(o.workers) workers, cache \(o.cache)")
+say("earmark-scale-bench: sizes \(o.sizes.map { "\($0) h" }.joined(separator: ", ")), seed \(o.seed), signature version \(version), \(fmt(100 * o.reversedShare, 0)) % of synthetic stretches reversed, \(o.matchOptions.map { "\($0), " }.joined())\(o.workers) workers, cache \(o.cache)")
 
 var clips = await prepareClips(o.queries, set: "main", cache: o.cache, workers: o.workers)
 if let skew = o.skewQueries { clips += await prepareClips(skew, set: "skew", cache: o.cache, workers: o.workers) }
