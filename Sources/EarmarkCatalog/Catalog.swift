@@ -22,6 +22,17 @@ public final class Catalog {
     public static let indexFormat = 2
     /// `PRAGMA application_id` of Earmark catalogs ("ERMK").
     static let applicationID: Int32 = 0x4552_4D4B
+
+    /// Whether `header`, the first bytes of a file (at least 72 of them), is the header of an Earmark catalog:
+    /// an SQLite database with Earmark's application id. It tells a catalog from other files without opening
+    /// them; whether the rest of the file is whole is for ``check()`` to say.
+    public static func hasCatalogHeader(_ header: [UInt8]) -> Bool {
+        // SQLite's file header: the magic string, and at offset 68 the application id, big-endian.
+        guard header.count >= 72, header.starts(with: Array("SQLite format 3\u{0}".utf8)) else { return false }
+        let id = header[68..<72].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+        return id == UInt32(bitPattern: applicationID)
+    }
+
     /// Pending postings that make a writer flush them into a segment (and the size of the batches
     /// ``flushIndex()``, ``export(to:)`` and migration work in). Default 16 million (about 200 MB of memory).
     public var flushPostings = 16_000_000

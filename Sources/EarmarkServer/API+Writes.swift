@@ -3,14 +3,15 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 
-/// The routes that change the catalog (`POST /v1/tracks`, `PATCH` and `DELETE /v1/tracks/{id}`, through
-/// ``CatalogWriter``), the export and `/metrics`.
+/// The routes that change the catalog (`POST /v1/tracks`, `PATCH` and `DELETE /v1/tracks/{id}`,
+/// `POST /v1/catalog/import`, through ``CatalogWriter``), the export and `/metrics`.
 extension API {
     static let writeRoutes: [(method: HTTPRequest.Method, path: String)] = [
         (.post, "/v1/tracks"),
         (.patch, "/v1/tracks/{id}"),
         (.delete, "/v1/tracks/{id}"),
         (.get, "/v1/catalog/export"),
+        (.post, "/v1/catalog/import"),
         (.get, "/metrics"),
     ]
 
@@ -22,6 +23,7 @@ extension API {
         case (.patch, "/v1/tracks/{id}"): return try await updateTrack(request, context: context)
         case (.delete, "/v1/tracks/{id}"): return try await removeTrack(request, context: context)
         case (.get, "/v1/catalog/export"): return try await export(request, context: context)
+        case (.post, "/v1/catalog/import"): return try await importCatalog(request, context: context)
         case (.get, "/metrics"): return try await metricsText(request)
         default: return nil
         }
@@ -238,6 +240,47 @@ extension API {
         }
         return Response(status: .ok, headers: [.contentType: "application/vnd.sqlite3",
                                                .contentDisposition: "attachment; filename=\"catalog.earcat\""], body: body)
+    }
+
+    // MARK: POST /v1/catalog/import
+
+    /// `POST /v1/catalog/import`: the body is a catalog file (what `GET /v1/catalog/export` and `earmark catalog
+    /// export` write), merged in as `earmark catalog merge FILE` merges it (see ``CatalogWriter/merge(file:)``).
+    /// 200 with the object `catalog merge --json` prints.
+    private func importCatalog(_ request: Request, context: some RequestContext) async throws -> Response {
+        let writer = try requireWriter()
+        _ = try QueryParameters(request.uri, allowed: [])
+        if let type = request.headers[.contentType] {
+            let media = type.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
+            // application/x-www-form-urlencoded is what `curl --data-binary` sends unless told otherwise: no type at all.
+            guard ["application/vnd.sqlite3", "application/x-sqlite3", "application/octet-stream",
+                   "application/x-www-form-urlencoded"].contains(media) else {
+                throw APIError(.unsupportedMediaType, "unsupported_media_type",
+                               "Content-Type \(media) is not a catalog file; send its bytes as application/vnd.sqlite3 or application/octet-stream")
+            }
+        }
+        // Imports share the admission of additions: receiving, waiting for the writer or merging.
+        guard adds.tryEnter() else {
+            throw APIError.unavailable("busy", "\(adds.capacity) additions are running or waiting (--max-concurrent); try again shortly")
+        }
+        var handedOver = false
+        defer { if !handedOver { adds.leave() } }
+        let uploaded = try await upload.receive(request, context: context,
+                                                expecting: "a catalog file, as `earmark catalog export` or GET /v1/catalog/export writes it")
+        // Not a catalog at all (audio, text, another database): refused before the writer is busied.
+        guard Catalog.hasCatalogHeader(ClipFormat.head(of: uploaded, count: 100)) else {
+            CatalogWriter.removeCatalogFile(uploaded)
+            throw APIError(.unsupportedMediaType, "not_a_catalog",
+                           "the body is not an Earmark catalog file; send one that `earmark catalog export` or GET /v1/catalog/export wrote")
+        }
+        handedOver = true
+        let adds = adds
+        // A merge copies every track of the file, as many as a long upload holds: it may take ten times a match.
+        let report = try await Deadline.run(limit: matchTimeout * 10, "the import") {
+            defer { adds.leave() }
+            return try await writer.merge(file: uploaded)
+        }
+        return try JSONBody.response(report)
     }
 
     /// `GET /metrics`: Prometheus text format.

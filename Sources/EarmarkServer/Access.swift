@@ -18,7 +18,8 @@ struct AccessControl: Sendable {
     static func level(method: HTTPRequest.Method, path: String) -> Level {
         switch (method, path) {
         case (.get, "/healthz"), (.get, "/readyz"): return .open
-        case (.post, "/v1/tracks"), (.patch, "/v1/tracks/{id}"), (.delete, "/v1/tracks/{id}"): return .write
+        case (.post, "/v1/tracks"), (.patch, "/v1/tracks/{id}"), (.delete, "/v1/tracks/{id}"), (.post, "/v1/catalog/import"):
+            return .write
         default: return .read
         }
     }

@@ -1,8 +1,8 @@
 import EarmarkKit
 import Foundation
 
-/// The writing half of the server: every write (add, update, remove) runs here, one at a time, through the same
-/// library calls as `earmark catalog add`, `update` and `remove`.
+/// The writing half of the server: every write (add, update, remove, import) runs here, one at a time, through the
+/// same library calls as `earmark catalog add`, `update`, `remove` and `merge`.
 ///
 /// Writes are serialized, so at most one write connection to the catalog is open at a time: each write opens
 /// the catalog for writing, as the command does, and closes it when it is done (an add through ``Ingestor``, which
@@ -139,6 +139,61 @@ final class CatalogWriter: Sendable {
     /// `earmark catalog remove ID`.
     func remove(id: Int64) async throws {
         try await writing { try $0.remove(ids: [id]) }
+    }
+
+    /// `earmark catalog merge FILE` for the uploaded catalog file at `file`: opened read-only and integrity-checked
+    /// first (nothing is written when it is damaged, not a catalog or of another signature algorithm), then every
+    /// track copied in through ``Catalog/merge(from:batchPostings:progress:)`` as the command copies them, a track
+    /// whose audio the catalog holds already skipped as a duplicate. Deletes the file, and what SQLite made beside
+    /// it, in every case.
+    /// - Throws: ``APIError`` 422 `damaged_catalog` or `catalog_version_mismatch` for a file that cannot be merged.
+    func merge(file: String) async throws -> MergeReport {
+        defer { CatalogWriter.removeCatalogFile(file) }
+        return try await serially { [catalogPath, lockTimeout] in
+            let source: Catalog
+            do {
+                source = try Catalog(path: file, readOnly: true, busyTimeout: 0)
+                let problems = try source.check()
+                guard problems.isEmpty else {
+                    throw APIError(.unprocessableContent, "damaged_catalog", "the catalog file is damaged: "
+                                   + problems.prefix(3).joined(separator: "; ").replacingOccurrences(of: file, with: "upload"))
+                }
+            } catch let e as CatalogError {
+                throw CatalogWriter.uploadError(e, file: file)
+            }
+            let into = try Catalog(path: catalogPath, busyTimeout: lockTimeout)
+            let (theirs, ours) = (source.configuration, into.configuration)
+            guard theirs.version == ours.version else {
+                func name(_ c: SignatureConfiguration) -> String {
+                    "signature algorithm \(c.version) (\(c.landmarkShape == .pairs ? "pair" : "triplet") landmarks)"
+                }
+                throw APIError(.unprocessableContent, "catalog_version_mismatch",
+                               "the catalog file was built with \(name(theirs)), this catalog with \(name(ours)); tracks cannot move between them")
+            }
+            do {
+                return MergeReport(try into.merge(from: source))
+            } catch let e as CatalogError where e.path?.hasPrefix(file) == true || e.code == .invalidArgument {
+                // The file's data, not the served catalog, is at fault (check() passed, so hardly ever).
+                throw CatalogWriter.uploadError(e, file: file)
+            }
+        }
+    }
+
+    /// The answer for a ``CatalogError`` about the uploaded catalog file at `file`: 422 for what the file holds,
+    /// as any other catalog error for the rest (503 when locked, 500 for I/O).
+    private static func uploadError(_ e: CatalogError, file: String) -> APIError {
+        let message = e.message.replacingOccurrences(of: file, with: "upload")
+        switch e.code {
+        case .versionMismatch: return APIError(.unprocessableContent, "catalog_version_mismatch", "the catalog file cannot be merged: \(message)")
+        case .damaged, .invalidArgument, .notFound, .noSuchTrack:
+            return APIError(.unprocessableContent, "damaged_catalog", "the uploaded catalog file cannot be read: \(message)")
+        case .locked, .readOnly, .ioError: return APIError.from(CatalogError(e.code, message))
+        }
+    }
+
+    /// Deletes an uploaded catalog file and whatever opening it made beside it.
+    static func removeCatalogFile(_ file: String) {
+        for suffix in ["", "-wal", "-shm", "-journal", "-index"] { try? FileManager.default.removeItem(atPath: file + suffix) }
     }
 
     /// Refuses further writes, waits for those queued and stops the writer's thread.

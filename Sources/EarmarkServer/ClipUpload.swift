@@ -22,7 +22,9 @@ struct ClipUpload {
     /// Streams the body of `request` into a new file of the folder and returns its path.
     /// - Throws: ``APIError`` 413 when the body (or its announced length) is over the limit, 400 when it is empty,
     ///   408 when no byte of it arrived for ``stallTimeout`` (the partial file is deleted in every case).
-    func receive(_ request: Request, context: some RequestContext) async throws -> String {
+    /// - Parameter expecting: what the body should be, for the message of an empty one.
+    func receive(_ request: Request, context: some RequestContext,
+                 expecting: String = "the clip's bytes (an audio file or a .earsig)") async throws -> String {
         if let announced = request.headers[.contentLength].flatMap({ Int($0) }), announced > limit {
             throw APIError.bodyTooLarge(limit: limit)
         }
@@ -51,7 +53,7 @@ struct ClipUpload {
         }
         guard counted.received > 0 else {
             try? FileManager.default.removeItem(atPath: path)
-            throw APIError(.badRequest, "empty_body", "the body is empty; send the clip's bytes (an audio file or a .earsig)")
+            throw APIError(.badRequest, "empty_body", "the body is empty; send \(expecting)")
         }
         return path
     }

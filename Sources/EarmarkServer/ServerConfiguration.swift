@@ -28,7 +28,8 @@ public struct ServerConfiguration: Sendable {
     public var speechModelPath: String?
     /// Folder in which a private folder for uploaded clips is made. Default: the system's temporary folder.
     public var temporaryDirectory = FileManager.default.temporaryDirectory.path
-    /// The bearer token that writes (`POST`, `PATCH`, `DELETE /v1/tracks`) need in `Authorization: Bearer …`;
+    /// The bearer token that writes (`POST`, `PATCH`, `DELETE /v1/tracks`, `POST /v1/catalog/import`) need in
+    /// `Authorization: Bearer …`;
     /// nil: every write is refused with 403 `writes_disabled`. With a token, the catalog must be writable.
     public var writeToken: String?
     /// The bearer token that reads (every endpoint but `/healthz` and `/readyz`) need as well; nil: reads are open.

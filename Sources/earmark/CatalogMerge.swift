@@ -45,47 +45,27 @@ struct CatalogMergeCommand: AsyncParsableCommand {
             var audio = 0.0
             let merged = try into.merge(from: from) { done, total, sourceTrack, result in
                 audio += sourceTrack.duration
-                let line = MergeResultJSON(sourceId: sourceTrack.id, result: result)
+                let line = MergeReport.Entry(sourceId: sourceTrack.id, result: result)
                 if !options.json { bar.printLine(line.humanLine) }
                 bar.update(done: done, total: total, audioSeconds: audio, current: sourceTrack.title ?? "#\(sourceTrack.id)")
             }
             bar.finish()
-            let results = merged.map { MergeResultJSON(sourceId: $0.source.id, result: $0.result) }
-            let added = results.count { $0.status == "added" }
+            let report = MergeReport(merged)
             if options.json {
-                try printJSON(MergeReport(results: results, added: added, duplicate: results.count - added))
+                try printJSON(report)
             } else {
-                print("\(added) added, \(results.count - added) skipped (same audio)"
+                print("\(report.added) added, \(report.duplicate) skipped (same audio)"
                       + String(format: " — %.2f h of audio from %@", audio / 3600, source))
             }
         }
     }
 }
 
-/// One track of `catalog merge --json`.
-struct MergeResultJSON: Encodable {
-    var sourceId: Int64
-    var status: String
-    var track: Track
-
-    init(sourceId: Int64, result: Catalog.AddResult) {
-        self.sourceId = sourceId
-        switch result {
-        case .added(let t): (status, track) = ("added", t)
-        case .duplicate(let t): (status, track) = ("duplicate", t)
-        }
-    }
-
+/// The line `catalog merge` prints for one track.
+extension MergeReport.Entry {
     var humanLine: String {
         status == "added"
             ? "added      \(pad("#\(track.id)", 5)) \(trackLabel(track)) (\(formatDuration(track.duration))), #\(sourceId) there"
             : "skipped    #\(sourceId) there: same audio as #\(track.id) \(trackLabel(track))"
     }
-}
-
-/// The whole of `catalog merge --json`.
-struct MergeReport: Encodable {
-    var results: [MergeResultJSON]
-    var added: Int
-    var duplicate: Int
 }

@@ -34,6 +34,9 @@ struct ServeCommand: AsyncParsableCommand {
                                  is deleted)
           DELETE /v1/tracks/{id} as `catalog remove`; 204
           GET  /v1/catalog/export  the file `catalog export` writes
+          POST /v1/catalog/import  body: a catalog file (as `catalog export`
+                                 writes it); merged in as `catalog merge`
+                                 merges it; the object `merge --json` prints
           GET  /metrics          Prometheus text format
           GET  /v1/listen        WebSocket: PCM in (first a JSON start message),
                                  the events `listen --json` prints out
@@ -48,7 +51,8 @@ struct ServeCommand: AsyncParsableCommand {
         Errors are JSON, {"error": {"code": "...", "message": "..."}}: 4xx for bad input (400 empty \
         body or bad parameter, 401 no or wrong token, 403 writes disabled, 404 unknown id, 408 upload \
         stalled for --upload-timeout, 409 same audio as a stored track, 413 body over --max-body-mb, \
-        415 not audio, 422 unreadable, too short or silent clip); 503 with Retry-After when \
+        415 not audio or not a catalog, 422 unreadable, too short or silent clip, damaged catalog \
+        or one of another signature algorithm); 503 with Retry-After when \
         --max-concurrent matches are already running or waiting, or --max-streams WebSocket streams \
         are open; 504 when a match or an addition takes \
         longer than --match-timeout.
@@ -154,7 +158,7 @@ struct ServeCommand: AsyncParsableCommand {
             configuration.writeToken = try tokenFile.map { try ServeCommand.token(from: $0, option: "--token-file") }
             configuration.readToken = try readTokenFile.map { try ServeCommand.token(from: $0, option: "--read-token-file") }
             if configuration.writeToken == nil {
-                writeStderr("earmark serve: writes are disabled (no --token-file): POST /v1/tracks, PATCH and DELETE /v1/tracks/{id} answer 403\n")
+                writeStderr("earmark serve: writes are disabled (no --token-file): POST /v1/tracks, PATCH and DELETE /v1/tracks/{id} and POST /v1/catalog/import answer 403\n")
             }
             let server = try await EarmarkServer.open(configuration)
             try await server.run { host, port in

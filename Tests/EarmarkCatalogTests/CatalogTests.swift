@@ -290,6 +290,21 @@ struct CatalogContentTests {
         #expect(try postings(exported, hashes) == postings(catalog, hashes))
         #expect(catalogError { try catalog.export(to: copy) } == .invalidArgument, "never overwrites")
     }
+
+    @Test("a catalog's header (an export's too) is told from other SQLite files, other bytes and a cut-short header")
+    func catalogHeader() throws {
+        let f = try TwoTrackCatalog()
+        let copy = f.dir.path("copy.earcat")
+        try Catalog(path: f.path).export(to: copy)
+        func head(_ path: String) throws -> [UInt8] { [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)).prefix(100)) }
+        #expect(Catalog.hasCatalogHeader(try head(f.path)))
+        #expect(Catalog.hasCatalogHeader(try head(copy)))
+        #expect(!Catalog.hasCatalogHeader(Array(try head(copy).prefix(71))))
+        let other = f.dir.path("other.sqlite")
+        try Run.sqlite(other, "CREATE TABLE t(x)")
+        #expect(!Catalog.hasCatalogHeader(try head(other)))
+        #expect(!Catalog.hasCatalogHeader(Array("RIFF\u{0}\u{0}\u{0}\u{0}WAVEfmt ".utf8) + [UInt8](repeating: 0, count: 80)))
+    }
 }
 
 @Suite("Catalog: opening bad or missing files")

@@ -68,7 +68,7 @@ import Testing
         #expect(blocks.count >= 3)
         let commands = blocks.joined().map(\.command).joined(separator: "\n")
         for endpoint in ["/healthz", "/readyz", "/v1/match", "/v1/tracks?", "/v1/tracks/3", "/v1/catalog", "/v1/catalog/export",
-                         "/timeline.svg", "/metrics", "-X PATCH", "-X DELETE", "/v1/listen"] {
+                         "/timeline.svg", "/metrics", "-X PATCH", "-X DELETE", "/v1/listen", "/v1/catalog/import"] {
             #expect(commands.contains(endpoint), "README.md's Serve section has no curl example of \(endpoint)")
         }
 

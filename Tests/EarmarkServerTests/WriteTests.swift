@@ -406,7 +406,7 @@ import Testing
             $0.uploadTimeout = .seconds(2)
             $0.writeToken = WriteTests.writeToken
         }) { server in
-            for target in ["/v1/match", "/v1/tracks"] {
+            for target in ["/v1/match", "/v1/tracks", "/v1/catalog/import"] {
                 let start = ContinuousClock.now
                 let reply = try await HTTPTestClient.onDispatchThread { () -> HTTPReply in
                     let s = try Socket(port: server.port)
