@@ -74,9 +74,16 @@ public struct MatchOptions: Sendable, Equatable {
     /// catalog they are half of a search's hits and a small part of a match's. nil: every hash. Default 16;
     /// the first search always looks up every hash.
     public var commonHashes: Double? = 16
-    /// Aligned distinct hashes a skew trial's candidate needs before its peaks are verified (and to be accepted).
-    /// nil: ``supportingHits``.
+    /// Aligned distinct hashes a skew trial's candidate needs before its peaks are verified (and to be accepted), in
+    /// clips of up to 5 s; a longer clip needs ``supportingHits`` × its duration / 10 s (at most ``supportingHits``),
+    /// since chance aligns hashes in proportion to a clip's landmarks. nil: ``supportingHits`` whatever the length;
+    /// 3 for triplet keys (``defaults(for:)``), where a 3-s clip a semitone off aligns 3 to 8 triplets at its true skew.
     public var skewMinimumHits: Int? = nil
+    /// Decades more than ``minimumSignificance`` that a skew trial's match needs when it aligns fewer than
+    /// ``supportingHits`` hashes: without that support, 84 trials of a clip that is not in the catalog give chance
+    /// fits more tries (at 10,000 h two of the 300 negative clips matched a stretch of 3 s at 8.2 and 10.1 decades).
+    /// Default 5.
+    public var unsupportedSkewMargin = 5.0
     /// The skew search pairs the clip's peaks of rank below this … Default 24 (the search as is: 36).
     public var skewRankLimit = 24
     /// … each with this many of its strongest targets. Default 12 (the search as is: 24). A skew trial's
@@ -95,10 +102,13 @@ public struct MatchOptions: Sendable, Equatable {
 
     /// The defaults for catalogs of `configuration`'s landmark design. A triplet is far rarer by chance than a
     /// pair, so fewer aligned triplets make a candidate and count as support; a skew trial's anchors need only
-    /// their 4 strongest targets (6 triplets each; the search as is: 12, 66 triplets); and there is no deep
-    /// pass. Experimental: tuned on the 6.5-h public benchmark (`earmark-bench --landmarks triplets`), where
-    /// 12, 8, 6 and 4 skew targets found the same clips (4 in a fifth of the time), and the deep pass, with
-    /// 16, 10 or 6 targets, found none that the first search missed.
+    /// their 4 strongest targets (6 triplets each; the search as is: 12, 66 triplets), and its candidates need 3
+    /// aligned triplets in clips of up to 5 s (``skewMinimumHits``; 5 decades more while under 6); and there is no
+    /// deep pass.
+    /// Experimental: tuned on the 6.5-h public benchmark (`earmark-bench --landmarks triplets`), where 12, 8, 6
+    /// and 4 skew targets found the same clips (4 in a fifth of the time), the deep pass, with 16, 10 or 6 targets,
+    /// found none that the first search missed, and 3 skew hits found 46 more of 1,119 noisy, pitch- and
+    /// speed-changed clips than 6 did (at 10,000 h, 69 of the 75 clips gained were 3 or 5 s long).
     public static func defaults(for configuration: SignatureConfiguration) -> MatchOptions {
         var o = MatchOptions.default
         if configuration.landmarkShape == .triplets {
@@ -106,6 +116,7 @@ public struct MatchOptions: Sendable, Equatable {
             o.candidateHits = 2
             o.supportingHits = 6
             o.skewFanout = 4
+            o.skewMinimumHits = 3
             o.deepPass = false
         }
         return o
@@ -128,7 +139,8 @@ extension MatchOptions {
     /// The fields ``override(_:)`` can set: those the benchmark tools vary in experiments.
     public static let overridable = ["explainedShare", "candidates", "candidateHits", "minimumHits", "supportingHits",
                                      "commonHashes", "skewRankLimit", "skewFanout", "catalogTracksAllowed",
-                                     "minimumSignificance", "deepPass", "skewMinimumHits"]
+                                     "minimumSignificance", "deepPass", "skewMinimumHits",
+                                     "unsupportedSkewMargin"]
 
     /// Sets one field from `NAME=VALUE` (a name of ``overridable``; counts ≥ 1, shares 0…1, `commonHashes=0`
     /// for none, `deepPass=0|1`). Returns false, changing nothing, when the name or the value is not one of those.
@@ -149,6 +161,7 @@ extension MatchOptions {
         case "minimumSignificance": minimumSignificance = value
         case "deepPass" where value == 0 || value == 1: deepPass = value == 1
         case "skewMinimumHits" where count >= 1: skewMinimumHits = count
+        case "unsupportedSkewMargin" where value >= 0: unsupportedSkewMargin = value
         default: return false
         }
         return true
@@ -323,10 +336,13 @@ public final class Matcher {
         var best = plain
         var bestSkew: Skew?
         let trials = 2 * max(options.skewTrials.count, options.skewSearchSize ?? 0)
+        let skewHits = options.skewMinimumHits.map {
+            max($0, min(options.supportingHits, Int((Double(options.supportingHits) * signature.duration / 10).rounded(.up))))
+        } ?? options.supportingHits
         func attempt(_ skew: Skew) throws {
             var r = try matchOnce(Matcher.unskewed(signature, skew, configuration: configuration),
                                   trials: trials, catalogTracks: catalogTracks,
-                                  minimumHits: options.skewMinimumHits ?? options.supportingHits, skewed: true)
+                                  minimumHits: skewHits, skewed: true)
             // Every result here passed the significance threshold; among them the one with most aligned
             // hashes has the skew closest to the truth.
             guard let top = r.matches.first else { return }
@@ -526,15 +542,13 @@ public final class Matcher {
                 i += 1
             }
         }
-        let postingsFound = hits.count
-        // A track with fewer hits than a candidate needs aligned cannot be one: with triplet keys, or in a
-        // large catalog, most tracks hold a hit or two, and sorting and scoring them was most of a search.
-        let candidateFloor = options.candidateHits
-        Hit.keepTracksWithCells(&hits, floor: candidateFloor)
         Hit.sort(&hits)
 
         let fd = configuration.frameDuration
         var perTrack: [TrackScore] = []
+        // A track with fewer hits than a candidate needs aligned cannot be one: with triplet keys, or in a
+        // large catalog, most tracks hold a hit or two, and scoring their cells was most of a search.
+        let candidateFloor = options.candidateHits
         var i = 0
         while i < hits.count {
             let track = hits[i].track
@@ -602,8 +616,10 @@ public final class Matcher {
             let runnerUp = rank == 0 ? (considered.count > 1 ? considered[1].hits : 0) : considered[0].hits
             // Outvoted: that track aligns more hashes than the chosen place.
             let outvoted = rival > t.hits
+            let unsupported = skewed && t.hits < options.supportingHits
             guard t.hits >= (minimumHits ?? options.minimumHits), v.matched >= options.minimumVerifiedPeaks,
-                  significance >= options.minimumSignificance + (outvoted ? options.outvotedMargin : 0) else { continue }
+                  significance >= options.minimumSignificance + (outvoted ? options.outvotedMargin : 0)
+                      + (unsupported ? options.unsupportedSkewMargin : 0) else { continue }
             let line = Matcher.hitLine(hits[t.range], cell: t.offset, skewed: skewed)
             let slope = 1 + line.drift, offset = line.offset * fd
             let qs = Double(line.firstFrame) * fd
@@ -618,7 +634,7 @@ public final class Matcher {
         matches.sort { $0.significance > $1.significance }
         if matches.count > options.maximumMatches { matches.removeLast(matches.count - options.maximumMatches) }
         return MatchResult(matches: matches, queryDuration: signature.duration, queryLandmarks: landmarks.count,
-                           candidateHits: postingsFound)
+                           candidateHits: hits.count)
     }
 
     /// The line through one track's hits at offset cell `cell` (hits within 6 frames of it): by least squares
@@ -894,64 +910,6 @@ struct Hit {
         }
         if inOther { swap(&hits, &other) }
     }
-    /// Drops (keeping the order of the rest) the hits of every track that cannot have `floor` hits in 3 adjacent
-    /// offsets, the least ``Matcher/densestCell(_:)`` asks of a candidate; a track that can keeps all its hits,
-    /// so the candidates, their cells and their hit counts are what they would be without this. Hits are counted
-    /// per cell of 4 offsets (any 3 adjacent offsets lie in one cell or two neighbours) in a hashed table about 16
-    /// times their number, each slot holding a tag of its cell and a count; a slot two cells share counts as full,
-    /// so a collision only keeps more. In a large catalog most hits are a track's lone chance hit, and sorting
-    /// them was the largest part of a search (at 10,000 h, a sixth of a query's time).
-    static func keepTracksWithCells(_ hits: inout [Hit], floor: Int) {
-        guard floor > 1, floor < 255, hits.count >= 1024 else { return }
-        var bits = 12
-        while 1 << bits < 16 * hits.count, bits < 24 { bits += 1 }
-        let shift = UInt64(64 - bits)
-        // Slot and tag (1…255) of a (track, cell) pair, from one 64-bit mix.
-        @inline(__always) func place(_ track: UInt64, _ cell: UInt64) -> (slot: Int, tag: UInt16) {
-            let h = ((track &* 0x9E37_79B9_7F4A_7C15) ^ (cell &* 0xC2B2_AE3D_27D4_EB4F)) &* 0x1656_67B1_9E37_79F9
-            return (Int(truncatingIfNeeded: h >> shift), UInt16(truncatingIfNeeded: h % 255 + 1))
-        }
-        let full = UInt16(floor)
-        var table = [UInt16](repeating: 0, count: 1 << bits)  // tag << 8 | count; 0: empty
-        var keep = [Bool](repeating: false, count: 1 << bits)
-        let kept = hits.withUnsafeMutableBufferPointer { h in
-            table.withUnsafeMutableBufferPointer { t in
-                keep.withUnsafeMutableBufferPointer { k in
-                    for x in h {
-                        let (i, tag) = place(x.key >> 32, (x.key & 0xFFFF_FFFF) >> 2)
-                        let e = t[i]
-                        if e == 0 {
-                            t[i] = tag << 8 | 1
-                        } else if e >> 8 != tag {
-                            t[i] = e | full  // shared: counts as full for both
-                        } else if e & 0xFF < full {
-                            t[i] = e + 1
-                        }
-                    }
-                    // Hits of `track` in `cell`: the slot's count when it is that cell's (or shared), else none.
-                    @inline(__always) func count(_ track: UInt64, _ cell: UInt64) -> Int {
-                        let (i, tag) = place(track, cell)
-                        let e = t[i]
-                        return e >> 8 == tag || e & 0xFF >= full ? Int(e & 0xFF) : 0
-                    }
-                    for x in h {
-                        let track = x.key >> 32, cell = (x.key & 0xFFFF_FFFF) >> 2
-                        if count(track, cell) + max(count(track, cell &- 1), count(track, cell &+ 1)) >= floor {
-                            k[place(track, .max).slot] = true
-                        }
-                    }
-                    var n = 0
-                    for j in h.indices where k[place(h[j].key >> 32, .max).slot] {
-                        h[n] = h[j]
-                        n += 1
-                    }
-                    return n
-                }
-            }
-        }
-        hits.removeLast(hits.count - kept)
-    }
-
     static func key(track: Int64, offset: Int32) -> UInt64 {
         UInt64(UInt32(truncatingIfNeeded: track)) << 32 | UInt64(UInt32(bitPattern: offset) ^ 0x8000_0000)
     }
