@@ -5,7 +5,7 @@ import Foundation
 /// Beats, bars and tempo of a piece (Music Understanding's rhythm dimension).
 public struct RhythmResult: Codable, Sendable, Equatable {
     public static let kind = "rhythm"
-    public static let version = 2
+    public static let version = 3
 
     /// Beat times in seconds.
     public var beats: [Double]
@@ -13,11 +13,54 @@ public struct RhythmResult: Codable, Sendable, Equatable {
     public var bars: [Double]
     /// Beats per bar the bars were laid out with (3 or 4).
     public var beatsPerBar: Int
-    /// Beats per minute from the least-squares slope of beat time over beat number; nil with fewer than two beats.
+    /// Beats per minute over the whole piece: the median of the local tempo (``tempo``) weighted by time,
+    /// the least-squares slope of beat time over beat number when the tempo holds; nil with fewer than two beats.
     public var bpm: Double?
+    /// The local tempo: stretches in which the beat keeps one tempo, in order, from the first beat to the last
+    /// (empty with fewer than two beats, and in analyses stored before version 3).
+    public var tempo: [TempoSegment] = []
     public var duration: Double
     /// Why there are no beats: the file holds no music (see ``MusicPresence``); nil when it does.
     public var reason: NonMusicReason? = nil
+
+    public init(beats: [Double], bars: [Double], beatsPerBar: Int, bpm: Double?, tempo: [TempoSegment] = [], duration: Double,
+                reason: NonMusicReason? = nil) {
+        self.beats = beats
+        self.bars = bars
+        self.beatsPerBar = beatsPerBar
+        self.bpm = bpm
+        self.tempo = tempo
+        self.duration = duration
+        self.reason = reason
+    }
+
+    private enum CodingKeys: String, CodingKey { case beats, bars, beatsPerBar, bpm, tempo, duration, reason }
+
+    /// Decodes analyses of every version; those stored before version 3 have no `tempo`.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        beats = try c.decode([Double].self, forKey: .beats)
+        bars = try c.decode([Double].self, forKey: .bars)
+        beatsPerBar = try c.decode(Int.self, forKey: .beatsPerBar)
+        bpm = try c.decodeIfPresent(Double.self, forKey: .bpm)
+        tempo = try c.decodeIfPresent([TempoSegment].self, forKey: .tempo) ?? []
+        duration = try c.decode(Double.self, forKey: .duration)
+        reason = try c.decodeIfPresent(NonMusicReason.self, forKey: .reason)
+    }
+}
+
+/// A stretch of a piece at one tempo (see ``RhythmResult/tempo``): from one beat to a later one, in seconds.
+public struct TempoSegment: Codable, Sendable, Equatable {
+    public var start: Double
+    public var end: Double
+    /// Beats per minute over the stretch: its beat count over its length.
+    public var bpm: Double
+
+    public init(start: Double, end: Double, bpm: Double) {
+        self.start = start
+        self.end = end
+        self.bpm = bpm
+    }
 }
 
 /// Pace (Music Understanding's dimension): how many musical events — note and drum onsets — happen
@@ -38,11 +81,12 @@ public struct PaceResult: Codable, Sendable, Equatable {
     public var reason: NonMusicReason? = nil
 }
 
-/// Tracks beats: a spectral-flux onset envelope (40 log-spaced bands, 86 frames a second), the tempo
-/// from a comb filter over its autocorrelation (four multiples of each period) weighted towards
-/// 130 BPM, beats by dynamic programming that rewards onsets and harmonic changes and punishes
-/// intervals off the tempo, and bars by the beat phase with the most harmonic change (chroma before and after the beat) and
-/// low-frequency onset energy. Feed audio with ``append(_:)``, then call ``result(music:)``.
+/// Tracks beats: a spectral-flux onset envelope (40 log-spaced bands, 86 frames a second), a starting
+/// period from a comb filter over its autocorrelation (four multiples of each period) weighted towards
+/// 130 BPM, beats by dynamic programming over time and tempo that rewards onsets and harmonic changes and
+/// lets the period drift, the metrical level from how many of every other beat carry onsets, a tempo
+/// curve from the beat intervals, and bars by the beat phase with the most harmonic change (chroma before
+/// and after the beat) and low-frequency onset energy. Feed audio with ``append(_:)``, then call ``result(music:)``.
 public final class BeatTracker {
     static let sampleRate = 11_025.0
     static let fftSize = 1024
@@ -150,7 +194,7 @@ public final class BeatTracker {
         return out
     }
 
-    /// The beat period in frames: a comb filter over the envelope's autocorrelation (the sum over
+    /// The starting beat period in frames: a comb filter over the envelope's autocorrelation (the sum over
     /// the first four multiples of a period, each the best of its lag ± half a frame times √k), for
     /// 40–250 BPM on a grid of 1/120 octave, weighted by a log-normal prior around 130 BPM one octave
     /// wide (chosen on the even-numbered pieces of tools/music-data.sh's set).
@@ -215,34 +259,99 @@ public final class BeatTracker {
         }
     }
 
-    /// Beats by dynamic programming (Ellis 2007): each frame's score is its strength in `onset` plus the
-    /// best earlier beat's score less `tightness` times the squared log ratio of the interval to the
-    /// period (2 000: the period barely bends; chosen on the even-numbered pieces of tools/music-data.sh's set).
-    static func beats(_ onset: [Double], period: Double, tightness: Double = 2_000) -> [Int] {
+    /// Tempo states of ``beats(_:period:)``: periods `1/stateSteps` octave apart, `stateSpan` octaves either
+    /// side of the piece's period.
+    static let stateSteps = 40.0
+    static let stateSpan = 0.35
+
+    /// Beats by dynamic programming over (frame, tempo state), after Ellis (2007) with the tempo free to
+    /// drift: a beat at frame t in state k (period P_k) scores its strength in `onset`, less twice the mean
+    /// strength, plus the best score of a beat about P_k frames earlier (within 3 %, less `tightness` ·
+    /// log²(interval / P_k)) in a state at most two steps away, less `change` per step; any farther state
+    /// costs `jump` (a new tempo, as at the join of a medley). States span ±``stateSpan`` octaves around
+    /// `period`, so the metrical level stays the one the comb chose (``metricalLevel(_:strength:halving:)``
+    /// may halve it afterwards). Returns the beat frames and each beat's period. Change, jump and the
+    /// mean's weight were chosen on the rhythm set and its tempo-change variants (see docs/analysis.md).
+    static func beats(_ onset: [Double], period: Double, tightness: Double = 2_000, change: Double = 2,
+                      jump: Double = 20) -> [(frame: Int, period: Double)] {
         let n = onset.count
-        guard n > 0, period >= 2 else { return [] }
-        var score = onset, back = [Int](repeating: -1, count: n)
-        let lo = Int(period / 2), hi = Int(2 * period)
+        guard n > 0, period >= 4 else { return [] }
+        let half = Int(stateSteps * stateSpan)
+        let periods = (-half...half).map { period * pow(2, Double($0) / stateSteps) }.filter { $0 >= 4 }
+        let k0 = periods.count
+        let lows = periods.map { max(1, Int(($0 * 0.97).rounded(.down))) }
+        let highs = periods.map { Int(($0 * 1.03).rounded(.up)) }
+        let ring = highs.max()! + 1
+        // Each beat pays twice the mean strength, so that a faster path is not paid for beats on nothing.
+        let bias = 2 * onset.reduce(0, +) / Double(n)
+        // Scores of the last `ring` frames; back pointers (interval, state) of every frame and state.
+        var score = [Double](repeating: 0, count: ring * k0), rowBest = [Double](repeating: -.infinity, count: ring)
+        var rowArg = [Int](repeating: 0, count: ring)
+        var backD = [UInt16](repeating: 0, count: n * k0), backK = [Int16](repeating: -1, count: n * k0)
+        let penalty: [[Double]] = periods.indices.map { k in (lows[k]...highs[k]).map { tightness * pow(log(Double($0) / periods[k]), 2) } }
         for t in 0..<n {
-            var best = -Double.infinity, arg = -1
-            for tau in max(0, t - hi)...max(0, t - lo) where tau < t {
-                let v = score[tau] - tightness * pow(log(Double(t - tau) / period), 2)
-                if v > best { (best, arg) = (v, tau) }
+            let row = (t % ring) * k0
+            var best = -Double.infinity, arg = 0
+            for k in 0..<k0 {
+                var bestV = 0.0, bestD = 0, bestK = -1
+                for d in lows[k]...highs[k] where d <= t {
+                    let prev = ((t - d) % ring) * k0, p = penalty[k][d - lows[k]]
+                    for k2 in max(0, k - 2)...min(k0 - 1, k + 2) {
+                        let v = score[prev + k2] - p - change * Double(abs(k2 - k))
+                        if v > bestV { (bestV, bestD, bestK) = (v, d, k2) }
+                    }
+                    let v = rowBest[(t - d) % ring] - p - jump
+                    if v > bestV { (bestV, bestD, bestK) = (v, d, rowArg[(t - d) % ring]) }
+                }
+                let s = onset[t] - bias + bestV
+                score[row + k] = s
+                if bestK >= 0 {
+                    backD[t * k0 + k] = UInt16(bestD)
+                    backK[t * k0 + k] = Int16(bestK)
+                }
+                if s > best { (best, arg) = (s, k) }
             }
-            if arg >= 0, best > 0 {
-                score[t] = onset[t] + best
-                back[t] = arg
-            }
+            rowBest[t % ring] = best
+            rowArg[t % ring] = arg
         }
-        // The last beat: the best-scoring frame within the last period.
-        let tail = max(0, n - Int(period))..<n
-        guard var t = tail.max(by: { score[$0] < score[$1] }) else { return [] }
-        var out = [t]
-        while back[t] >= 0 {
-            t = back[t]
-            out.append(t)
+        // The last beat: the best-scoring frame and state within the last period (scores of the last
+        // `ring` frames are still held).
+        var end = (t: -1, k: 0), endScore = -Double.infinity
+        for t in max(0, n - Int(period), n - ring + 1)..<n {
+            for k in 0..<k0 where score[(t % ring) * k0 + k] > endScore { (end, endScore) = ((t, k), score[(t % ring) * k0 + k]) }
+        }
+        guard end.t >= 0 else { return [] }
+        var out = [(frame: end.t, period: periods[end.k])]
+        var (t, k) = end
+        while backK[t * k0 + k] >= 0 {
+            (t, k) = (t - Int(backD[t * k0 + k]), Int(backK[t * k0 + k]))
+            out.append((t, periods[k]))
         }
         return out.reversed()
+    }
+
+    /// The metrical level from the music itself: given beats tracked at the period the comb chose, the
+    /// beat is taken to be twice as slow, on the half with more onsets, when one half of the beats
+    /// (every other one) nearly always carries an onset (in at least 80 % of its beats) and the other half
+    /// carries one in at most `halving` times as many: a slow tune has its notes on the beats and only
+    /// some between them, while a fast piece's every beat is played. An onset is a peak (±2 frames) of
+    /// `strength` of at least a quarter of the median beat's.
+    static func metricalLevel(_ beats: [(frame: Int, period: Double)], strength: [Double], halving: Double = 0.6)
+        -> [(frame: Int, period: Double)] {
+        guard beats.count >= 8 else { return beats }
+        let on = beats.map { b -> Double in
+            var m = 0.0
+            for g in max(0, b.frame - 2)...min(strength.count - 1, b.frame + 2) { m = max(m, strength[g]) }
+            return m
+        }
+        let floor = 0.25 * on.sorted()[on.count / 2]
+        func share(from first: Int) -> Double {
+            let half = stride(from: first, to: on.count, by: 2).map { on[$0] }
+            return Double(half.filter { $0 > floor }.count) / Double(max(1, half.count))
+        }
+        let even = share(from: 0), odd = share(from: 1)
+        guard max(even, odd) >= 0.8, min(even, odd) <= halving * max(even, odd) else { return beats }
+        return stride(from: even >= odd ? 0 : 1, to: beats.count, by: 2).map { (beats[$0].frame, 2 * beats[$0].period) }
     }
 
     /// Beats per bar (4, or 3 when clearly better) and the index of the first downbeat among `frames`:
@@ -327,21 +436,79 @@ public final class BeatTracker {
         // Beats follow the onsets and, at 1.5 times their weight, the harmonic changes: chords change on
         // the beat far more often than off it, which keeps the tracker off syncopated off-beats.
         let harmonic = BeatTracker.normalized(BeatTracker.harmonicChange(chroma, span: 30))
-        let frames = BeatTracker.beats(zip(onset, harmonic).map { $0 + 1.5 * $1 }, period: period)
+        let strength = zip(onset, harmonic).map { $0 + 1.5 * $1 }
+        let tracked = BeatTracker.metricalLevel(BeatTracker.beats(strength, period: period), strength: strength)
+        let frames = tracked.map(\.frame)
         let times = frames.map { BeatTracker.time(ofFrame: $0) }
         guard times.count >= 2 else { return nil }
         let (meter, phase) = BeatTracker.bars(frames: frames, low: BeatTracker.normalized(lowFlux), chroma: chroma)
         let fileTimes = selection.map { sel in frames.map { BeatTracker.time(ofFrame: sel.frames[$0]) } } ?? times
         let bars = fileTimes.enumerated().filter { $0.offset % meter == phase }.map(\.element)
-        // The tempo from the least-squares slope of beat time over beat number: finer than one frame.
-        let n = Double(times.count), meanI = (n - 1) / 2, meanT = times.reduce(0, +) / n
-        var sxy = 0.0, sxx = 0.0
-        for (i, t) in times.enumerated() {
-            sxy += (Double(i) - meanI) * (t - meanT)
-            sxx += (Double(i) - meanI) * (Double(i) - meanI)
+        let tempo = BeatTracker.tempoSegments(times).map { TempoSegment(start: fileTimes[$0.first], end: fileTimes[$0.last], bpm: $0.bpm) }
+        return RhythmResult(beats: fileTimes, bars: bars, beatsPerBar: meter, bpm: BeatTracker.overallBPM(tempo), tempo: tempo,
+                            duration: duration)
+    }
+
+    /// Stretches of one tempo among beats at `times` (first and last beat index, beats per minute): the
+    /// logarithm of each inter-beat interval, median-filtered over five, is cut into pieces of at least four
+    /// intervals that minimise the squared deviation from each piece's mean plus `cost` per piece (optimal
+    /// partition by dynamic programming, pieces of at most 256 intervals); neighbours within 1.5 % are joined
+    /// again. A piece's tempo is its interval count over its length.
+    static func tempoSegments(_ times: [Double], cost: Double = 0.02) -> [(first: Int, last: Int, bpm: Double)] {
+        let m = times.count - 1
+        guard m >= 1 else { return [] }
+        let raw = (0..<m).map { log(max(1e-3, times[$0 + 1] - times[$0])) }
+        let x = raw.indices.map { i -> Double in
+            let w = raw[max(0, i - 2)...min(m - 1, i + 2)].sorted()
+            return w[w.count / 2]
         }
-        let slope = sxx > 0 ? sxy / sxx : 0
-        return RhythmResult(beats: fileTimes, bars: bars, beatsPerBar: meter, bpm: slope > 0 ? 60 / slope : nil, duration: duration)
+        var s1 = [Double](repeating: 0, count: m + 1), s2 = s1
+        for i in 0..<m {
+            s1[i + 1] = s1[i] + x[i]
+            s2[i + 1] = s2[i] + x[i] * x[i]
+        }
+        let minimum = min(4, m), longest = 256
+        // best[j]: the least cost of cutting intervals 0..<j; from[j]: where its last piece starts.
+        var best = [Double](repeating: .infinity, count: m + 1), from = [Int](repeating: 0, count: m + 1)
+        best[0] = 0
+        for j in 1...m {
+            for i in max(0, j - longest)...max(0, j - minimum) where best[i] < .infinity && j - i >= minimum {
+                let len = Double(j - i), sum = s1[j] - s1[i]
+                let c = best[i] + (s2[j] - s2[i]) - sum * sum / len + cost
+                if c < best[j] { (best[j], from[j]) = (c, i) }
+            }
+        }
+        var cuts = [m]
+        var j = m
+        while j > 0, best[j] < .infinity {
+            j = from[j]
+            cuts.append(j)
+        }
+        if cuts.last != 0 { cuts = [m, 0] }
+        cuts.reverse()
+        var pieces: [(first: Int, last: Int, bpm: Double)] = []
+        for (a, b) in zip(cuts, cuts.dropFirst()) {
+            let bpm = 60 * Double(b - a) / (times[b] - times[a])
+            if let p = pieces.last, abs(log(bpm / p.bpm)) < 0.015 {
+                pieces[pieces.count - 1] = (p.first, b, 60 * Double(b - p.first) / (times[b] - times[p.first]))
+            } else {
+                pieces.append((a, b, bpm))
+            }
+        }
+        return pieces
+    }
+
+    /// The tempo most of the piece keeps: the median of the stretches' tempi weighted by their lengths.
+    static func overallBPM(_ tempo: [TempoSegment]) -> Double? {
+        let sorted = tempo.filter { $0.end > $0.start }.sorted { $0.bpm < $1.bpm }
+        let total = sorted.reduce(0) { $0 + $1.end - $1.start }
+        guard total > 0 else { return nil }
+        var sum = 0.0
+        for s in sorted {
+            sum += s.end - s.start
+            if sum >= total / 2 { return s.bpm }
+        }
+        return sorted.last?.bpm
     }
 
     /// Onset events per minute (see ``PaceResult``), from everything appended so far; call after ``result(music:)``

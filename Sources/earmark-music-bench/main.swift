@@ -108,6 +108,9 @@ if let beatManifest = try? String(contentsOfFile: beatManifestPath, encoding: .u
     let head = rows[0].split(separator: "\t").map(String.init)
     let pc = head.firstIndex(of: "path")!, bc = head.firstIndex(of: "beats_path")!, tc = head.firstIndex(of: "bpm")!
     var fSum = 0.0, dSum = 0.0, acc1 = 0, acc2 = 0, pieces = 0
+    // F over the first 60 % and the last 40 % of each piece; the share of the truth's beat intervals whose
+    // tempo the reported tempo curve gives within 4 %.
+    var headF = 0.0, tailF = 0.0, curveHits = 0, curveIntervals = 0
     // Per half (even- and odd-numbered rows of the manifest): F, downbeat F, Acc1, Acc2, pieces.
     var halves = [[Double]](repeating: [0, 0, 0, 0, 0], count: 2)
     var seconds = 0.0, cpuUsed = 0.0
@@ -133,6 +136,14 @@ if let beatManifest = try? String(contentsOfFile: beatManifestPath, encoding: .u
         fSum += fm
         let dm = BeatTracker.fMeasure(estimated: r?.bars ?? [], reference: downbeats)
         dSum += dm
+        let cut = 0.6 * (r?.duration ?? 0)
+        headF += BeatTracker.fMeasure(estimated: (r?.beats ?? []).filter { $0 < cut }, reference: beats.filter { $0 < cut })
+        tailF += BeatTracker.fMeasure(estimated: (r?.beats ?? []).filter { $0 >= cut }, reference: beats.filter { $0 >= cut })
+        for (a, b) in zip(beats, beats.dropFirst()) where b > a {
+            curveIntervals += 1
+            let mid = (a + b) / 2, truth = 60 / (b - a)
+            if let seg = r?.tempo.first(where: { $0.start <= mid && mid < $0.end }), abs(seg.bpm / truth - 1) <= 0.04 { curveHits += 1 }
+        }
         var one = 0.0, two = 0.0
         if let bpm = r?.bpm {
             if abs(bpm - truthBPM) <= 0.04 * truthBPM { one = 1; two = 1 } else if [2.0, 0.5, 3.0, 1.0 / 3].contains(where: { abs(bpm - truthBPM * $0) <= 0.04 * truthBPM * $0 }) { two = 1 }
@@ -148,6 +159,8 @@ if let beatManifest = try? String(contentsOfFile: beatManifestPath, encoding: .u
     let p = Double(max(1, pieces))
     print(String(format: "beats on %d pieces: F-measure (±70 ms) %.3f; downbeat F %.3f; tempo Acc1 %.3f, Acc2 %.3f", pieces, fSum / p, dSum / p,
                  Double(acc1) / p, Double(acc2) / p))
+    print(String(format: "  beat F over the first 60 %% / last 40 %% of each piece: %.3f / %.3f; tempo curve within 4 %% of the truth on %.1f %% of its beat intervals",
+                 headF / p, tailF / p, 100 * Double(curveHits) / Double(max(1, curveIntervals))))
     for (name, h) in zip(["even", "odd"], halves) where h[4] > 0 {
         print(String(format: "  %@ half (%.0f pieces): F %.3f; downbeat F %.3f; Acc1 %.3f, Acc2 %.3f", name, h[4], h[0] / h[4], h[1] / h[4], h[2] / h[4], h[3] / h[4]))
     }

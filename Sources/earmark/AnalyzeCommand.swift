@@ -52,7 +52,7 @@ struct AnalyzeCommand: AsyncParsableCommand {
         --json: one object {path, loudness: {integrated, range, truePeak, samplePeak, maximumMomentary, \
         maximumShortTerm, momentary: [{start, end, value}], shortTerm: [{start, end, value}], duration, \
         sampleRate, channels}, key: {tonic, mode, strength, margin, ranges: [{start, end, tonic, mode}], \
-        duration}, rhythm: {beats, bars, beatsPerBar, bpm, duration}, structure: {sections: [{start, end, \
+        duration}, rhythm: {beats, bars, beatsPerBar, bpm, tempo: [{start, end, bpm}], duration}, structure: {sections: [{start, end, \
         label}], segments, phrases, duration}, pace: {overall, values: [{start, end, value}], duration}, instruments: {model, method, duration, families: [{family, activeRanges: [{start, end}], \
         activity: [{start, end, value}]}]}, music: {ranges: [{start, end}], reason, method, duration}, error} per file; \
         an array for several files. Without music, rhythm, structure and pace are empty and carry a reason; key is null.
@@ -228,7 +228,11 @@ struct AnalysisReport: Encodable {
         }
         if let r = rhythm {
             if let r, let bpm = r.bpm {
-                lines.append(String(format: "  rhythm %.1f BPM, %d beats, %d bars of %d", bpm, r.beats.count, r.bars.count, r.beatsPerBar))
+                var text = String(format: "  rhythm %.1f BPM, %d beats, %d bars of %d", bpm, r.beats.count, r.bars.count, r.beatsPerBar)
+                if r.tempo.count > 1 {
+                    text += "; tempo " + r.tempo.map { "\(formatDuration($0.start)) " + String(format: "%.0f", $0.bpm) }.joined(separator: ", ")
+                }
+                lines.append(text)
             } else {
                 lines.append("  rhythm unknown (no steady pulse)")
             }
