@@ -166,6 +166,8 @@ import Testing
             $0.writeToken = WriteTests.writeToken
             $0.soundModelPath = sound
             $0.speechModelPath = speech
+            // A debug build transcribing the prompt ran past the default minute on a loaded machine (504).
+            $0.matchTimeout = .seconds(600)
         }) { server in
             let body = try Data(contentsOf: URL(fileURLWithPath: prompt))
             let added = try await WriteTests.send(server, "POST", "/v1/tracks?analyze=true&name=prompt.wav", body: body, headers: WriteTests.bearer)
