@@ -65,8 +65,7 @@ extension API {
         }
         let analyze = try query.bool("analyze", default: false)
         let transcribe = try query.bool("transcribe", default: true)
-        if let type = request.headers[.contentType] {
-            let media = type.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
+        if let media = ClipFormat.mediaType(request.headers[.contentType]) {
             // application/x-www-form-urlencoded is what `curl --data-binary` sends unless told otherwise: no type at all.
             guard media.hasPrefix("audio/") || media.hasPrefix("video/") || media == "application/octet-stream"
                 || media == "application/x-www-form-urlencoded" else {
@@ -169,7 +168,7 @@ extension API {
         let writer = try requireWriter()
         _ = try QueryParameters(request.uri, allowed: [])
         let id = try API.trackID(context)
-        let media = request.headers[.contentType]?.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
+        let media = ClipFormat.mediaType(request.headers[.contentType]) ?? ""
         guard media == "application/json" || media == "application/merge-patch+json" else {
             throw APIError(.unsupportedMediaType, "unsupported_media_type", "the body must be JSON (Content-Type: application/json)")
         }
@@ -250,8 +249,7 @@ extension API {
     private func importCatalog(_ request: Request, context: some RequestContext) async throws -> Response {
         let writer = try requireWriter()
         _ = try QueryParameters(request.uri, allowed: [])
-        if let type = request.headers[.contentType] {
-            let media = type.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
+        if let media = ClipFormat.mediaType(request.headers[.contentType]) {
             // application/x-www-form-urlencoded is what `curl --data-binary` sends unless told otherwise: no type at all.
             guard ["application/vnd.sqlite3", "application/x-sqlite3", "application/octet-stream",
                    "application/x-www-form-urlencoded"].contains(media) else {

@@ -155,8 +155,12 @@ enum ClipFormat {
         if startsLikeMPEGAudio(head) { return "mp3" }
         let ext = URL(fileURLWithPath: name).pathExtension.lowercased()
         if audioFileExtensions.contains(ext) { return ext }
-        let type = contentType?.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
-        return mediaTypes[type]
+        return mediaTypes[mediaType(contentType) ?? ""]
+    }
+
+    /// The media type of a Content-Type header (`audio/wav; rate=…` → `audio/wav`), lower-cased; "" for an empty header, nil without one.
+    static func mediaType(_ contentType: String?) -> String? {
+        contentType.map { $0.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? "" }
     }
 
     /// Media types a client may name a clip by, with the extension each stands for.
