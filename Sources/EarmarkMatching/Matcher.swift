@@ -91,6 +91,12 @@ public struct MatchOptions: Sendable, Equatable {
     /// still hold most of the reference's: at 100 h the skew searches took half the time with the same
     /// recall (tools/scale-bench.sh; docs/benchmarks.md).
     public var skewFanout = 12
+    /// A first, lighter search: the clip's peaks of rank below ``quickRankLimit``, each anchor with its
+    /// `quickFanout` strongest targets. A decisive match there (one that would end the search as is) is the
+    /// answer; anything less searches again as usual. nil: no such stage.
+    public var quickFanout: Int? = nil
+    /// The rank limit of the ``quickFanout`` stage. Default 24.
+    public var quickRankLimit = 24
     /// Decades more than ``minimumSignificance`` that a track needs when another track aligns more hashes with
     /// the clip but is not a match. Music that is not in the catalog fits some track's peaks now and then
     /// (same key, same beat grid), more often than chance says; such look-alikes are mostly outvoted by yet
@@ -103,8 +109,10 @@ public struct MatchOptions: Sendable, Equatable {
     /// The defaults for catalogs of `configuration`'s landmark design. A triplet is far rarer by chance than a
     /// pair, so fewer aligned triplets make a candidate and count as support; a skew trial's anchors need only
     /// their 4 strongest targets (6 triplets each; the search as is: 12, 66 triplets), and its candidates need 3
-    /// aligned triplets in clips of up to 5 s (``skewMinimumHits``; 5 decades more while under 6); and there is no
-    /// deep pass.
+    /// aligned triplets in clips of up to 5 s (``skewMinimumHits``; 5 decades more while under 6); there is no
+    /// deep pass; and a quick first search pairs each anchor of rank below 24 with its 3 strongest targets
+    /// (``quickFanout``: 3 triplets an anchor, as the reference has, against 66 in the full search), whose
+    /// decisive answers end the search (at 10,000 h the same answers on 180 clips, the matched median 5 × lower).
     /// Experimental: tuned on the 6.5-h public benchmark (`earmark-bench --landmarks triplets`), where 12, 8, 6
     /// and 4 skew targets found the same clips (4 in a fifth of the time), the deep pass, with 16, 10 or 6 targets,
     /// found none that the first search missed, and 3 skew hits found 46 more of 1,119 noisy, pitch- and
@@ -118,6 +126,7 @@ public struct MatchOptions: Sendable, Equatable {
             o.skewFanout = 4
             o.skewMinimumHits = 3
             o.deepPass = false
+            o.quickFanout = 3
         }
         return o
     }
@@ -140,10 +149,11 @@ extension MatchOptions {
     public static let overridable = ["explainedShare", "candidates", "candidateHits", "minimumHits", "supportingHits",
                                      "commonHashes", "skewRankLimit", "skewFanout", "catalogTracksAllowed",
                                      "minimumSignificance", "deepPass", "skewMinimumHits",
-                                     "unsupportedSkewMargin"]
+                                     "unsupportedSkewMargin", "skewTrials", "quickFanout", "quickRankLimit"]
 
     /// Sets one field from `NAME=VALUE` (a name of ``overridable``; counts ≥ 1, shares 0…1, `commonHashes=0`
-    /// for none, `deepPass=0|1`). Returns false, changing nothing, when the name or the value is not one of those.
+    /// for none, `deepPass=0|1`, `quickFanout=0` for no quick stage, `skewTrials=N` the grid's N nearest skews).
+    /// Returns false, changing nothing, when the name or the value is not one of those.
     public mutating func override(_ text: String) -> Bool {
         let parts = text.split(separator: "=", maxSplits: 1).map(String.init)
         guard parts.count == 2, let value = Double(parts[1]), value.isFinite else { return false }
@@ -162,6 +172,9 @@ extension MatchOptions {
         case "deepPass" where value == 0 || value == 1: deepPass = value == 1
         case "skewMinimumHits" where count >= 1: skewMinimumHits = count
         case "unsupportedSkewMargin" where value >= 0: unsupportedSkewMargin = value
+        case "quickFanout" where count >= 0: quickFanout = count > 0 ? count : nil
+        case "quickRankLimit" where count >= 1: quickRankLimit = count
+        case "skewTrials" where count >= 0 && count <= Skew.defaultTrials.count: skewTrials = Array(Skew.defaultTrials.prefix(count))
         default: return false
         }
         return true
@@ -305,8 +318,29 @@ public final class Matcher {
         defer { postingMemo = PostingMemo() }
         // Counted once per query: every search of it pays for the same catalog.
         let catalogTracks = try catalog.trackCount()
-        var plain = try matchOnce(signature, trials: 1, catalogTracks: catalogTracks)
         let strong = options.decisiveSignificance ?? options.minimumSignificance + 5
+        // A skewed clip can still line up over a short stretch, where its peaks have not yet drifted
+        // from the reference's, and that can be significant; and another version of the music (sped up,
+        // transposed) can fit a skewed clip in the band of bins where the two differ by under a bin. An
+        // unskewed match of the right version is strong, covers most of the clip and, unless noise hides
+        // them, explains most of its strong peaks. Anything less also tries the skews, and the better result
+        // wins. (Under 30 % of the peaks and under 20 decades holds 1 % of the benchmark's unskewed matches;
+        // a large catalog asks for ``MatchOptions/explainedShare``, and its noisy clips pay for that.)
+        let explainedShare = catalogTracks > options.catalogTracksAllowed ? options.explainedShare : 0
+        func weak(_ result: MatchResult) -> Bool {
+            result.matches.first.map {
+                $0.significance < strong || (options.skewWhenPartial
+                    && (($0.queryEnd - $0.queryStart) < 0.6 * signature.duration || $0.explained < explainedShare
+                        || ($0.explained < 0.3 && $0.significance < strong + 8)))
+            } ?? true
+        }
+        // A clean clip is decided by a fraction of its landmarks; only the rest pay for all of them.
+        if let fanout = options.quickFanout {
+            let quick = try matchOnce(signature, trials: 2, catalogTracks: catalogTracks,
+                                      shape: (options.quickRankLimit, fanout))
+            if !weak(quick) { return quick }
+        }
+        var plain = try matchOnce(signature, trials: 1, catalogTracks: catalogTracks)
         // Speech over music: the music's peaks are there but rank behind the voices', so the first pass
         // finds few of its hashes. The deep pass pairs the signature's weaker peaks too; it costs two or
         // three times the first, so only clips without a strong match pay for it. Like every extra
@@ -316,20 +350,7 @@ public final class Matcher {
                                      role: .deepQuery)
             if let d = deep.matches.first, d.significance > plain.matches.first?.significance ?? -.infinity { plain = deep }
         }
-        // A skewed clip can still line up over a short stretch, where its peaks have not yet drifted
-        // from the reference's, and that can be significant; and another version of the music (sped up,
-        // transposed) can fit a skewed clip in the band of bins where the two differ by under a bin. An
-        // unskewed match of the right version is strong, covers most of the clip and, unless noise hides
-        // them, explains most of its strong peaks. Anything less also tries the skews, and the better result
-        // wins. (Under 30 % of the peaks and under 20 decades holds 1 % of the benchmark's unskewed matches;
-        // a large catalog asks for ``MatchOptions/explainedShare``, and its noisy clips pay for that.)
-        let explainedShare = catalogTracks > options.catalogTracksAllowed ? options.explainedShare : 0
-        let weak = plain.matches.first.map {
-            $0.significance < strong || (options.skewWhenPartial
-                && (($0.queryEnd - $0.queryStart) < 0.6 * signature.duration || $0.explained < explainedShare
-                    || ($0.explained < 0.3 && $0.significance < strong + 8)))
-        } ?? true
-        guard !options.skewTrials.isEmpty, weak else { return plain }
+        guard !options.skewTrials.isEmpty, weak(plain) else { return plain }
         // Nothing (or only a short stretch) as is: undo each candidate skew on the query's peaks (time × t, frequency ÷ f) and
         // search again. Each extra search is one more chance for a coincidence, which the
         // significance pays for, and it needs the supporting number of aligned hashes.
@@ -514,13 +535,17 @@ public final class Matcher {
         return packed.map { Landmark(hash: UInt32(truncatingIfNeeded: $0 >> 32), frame: UInt32(truncatingIfNeeded: $0)) }
     }
 
-    /// One search of `signature` (`skewed`: a skew trial's unskewed copy of the clip) in a catalog of `catalogTracks`.
+    /// One search of `signature` (`skewed`: a skew trial's unskewed copy of the clip) in a catalog of `catalogTracks`,
+    /// with the landmarks of `shape` (peaks of rank below `rankLimit`, `fanout` targets each) when given.
     private func matchOnce(_ signature: Signature, trials: Int, catalogTracks: Int, minimumHits: Int? = nil,
-                           role: LandmarkRole = .query, skewed: Bool = false) throws -> MatchResult {
+                           role: LandmarkRole = .query, skewed: Bool = false,
+                           shape: (rankLimit: Int, fanout: Int)? = nil) throws -> MatchResult {
         let common = skewed || role == .deepQuery ? options.commonHashes : nil
-        let landmarks = skewed
-            ? Landmarks.extract(from: signature, rankLimit: options.skewRankLimit, fanout: options.skewFanout, configuration: configuration)
-            : Landmarks.extract(from: signature, role: role, configuration: configuration)
+        let landmarks = if let shape = shape ?? (skewed ? (options.skewRankLimit, options.skewFanout) : nil) {
+            Landmarks.extract(from: signature, rankLimit: shape.rankLimit, fanout: shape.fanout, configuration: configuration)
+        } else {
+            Landmarks.extract(from: signature, role: role, configuration: configuration)
+        }
         // Query landmarks sorted by hash; `starts[k]` is the index of the first one with hash `distinct[k]`.
         let sorted = Matcher.sortedByHashAndFrame(landmarks)
         var distinct: [UInt32] = [], starts: [Int] = []

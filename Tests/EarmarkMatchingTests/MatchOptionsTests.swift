@@ -17,9 +17,15 @@ struct MatchOptionsTests {
         #expect(o.commonHashes == nil)
         #expect(set(&o, "deepPass=0"))
         #expect(!o.deepPass)
+        #expect(set(&o, "quickFanout=3"))
+        #expect(o.quickFanout == 3)
+        #expect(set(&o, "quickFanout=0"))
+        #expect(o.quickFanout == nil)
+        #expect(set(&o, "skewTrials=4"))
+        #expect(o.skewTrials == Array(Skew.defaultTrials.prefix(4)))
         let before = o
         for bad in ["candidates=0", "candidates=2.5", "explainedShare=1.5", "deepPass=2", "nosuch=1", "candidates", "=3",
-                    "minimumSignificance=nan", "skewFanout=-4"] {
+                    "minimumSignificance=nan", "skewFanout=-4", "skewTrials=1000", "quickFanout=-1"] {
             #expect(!set(&o, bad), "\(bad)")
         }
         #expect(o == before)

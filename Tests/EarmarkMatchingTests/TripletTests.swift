@@ -8,7 +8,7 @@ import Testing
 
 @Suite("Matching with the experimental triplet keys")
 struct TripletTests {
-    @Test("a catalog made with triplet keys reopens as one, takes the triplet defaults, finds clean, noisy and 3-s pitch-shifted clips and no non-catalog music")
+    @Test("a catalog made with triplet keys reopens as one, takes the triplet defaults, finds clean (in the quick stage), noisy and 3-s pitch-shifted clips and no non-catalog music")
     func tripletCatalog() async throws {
         let f = try await MatchingFixture.shared.value()
         let dir = try TemporaryDirectory("triplets")
@@ -21,13 +21,24 @@ struct TripletTests {
         let matcher = Matcher(catalog: catalog)
         #expect(matcher.options == .defaults(for: .experimentalTriplets))
         #expect(matcher.options != .default)
+        var withoutQuick = matcher.options
+        withoutQuick.quickFanout = nil
+        let fullSearch = Matcher(catalog: catalog, options: withoutQuick)
         var ids: [String: Int64] = [:]
         for (url, t) in zip(f.audio.reference, tracks) { ids[url.deletingPathExtension().lastPathComponent] = t.id }
         for (stem, offset) in clipCases.prefix(4) {
             let clean = try Fixtures.decode(try f.clip(stem, at: offset, into: dir))
             for (name, audio) in [("clean", clean), ("white noise 5 dB", Signal.addingNoise(to: clean, snrDB: 5, seed: 7))] {
-                let best = try matcher.match(SignatureGenerator.signature(of: audio)).matches.first
+                let signature = SignatureGenerator.signature(of: audio)
+                let result = try matcher.match(signature), full = try fullSearch.match(signature)
+                let best = result.matches.first
                 #expect(best?.track.id == ids[stem], "\(stem) \(name): got \(best?.track.title ?? "nothing")")
+                // The quick stage answers a clean clip with a fraction of the full search's landmarks, as it would.
+                #expect(best?.track.id == full.matches.first?.track.id, "\(stem) \(name): the full search disagrees")
+                if name == "clean" {
+                    #expect(result.queryLandmarks * 4 < full.queryLandmarks,
+                            "\(stem): \(result.queryLandmarks) landmarks, the full search \(full.queryLandmarks)")
+                }
                 if let best, best.track.id == ids[stem] {
                     #expect(try f.placed(best, stem, truth: offset), "\(stem) \(name): offset \(best.matchOffset), expected \(offset)")
                 }
