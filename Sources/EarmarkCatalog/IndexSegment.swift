@@ -229,7 +229,7 @@ final class IndexSegment {
         for (i, key) in keys.enumerated() where UInt64(key) >> UInt64(bits) == 0 {
             order.append(UInt64(mix(key, bits: bits)) << 32 | UInt64(i))
         }
-        order.sort()
+        order.radixSort()
         return order
     }
 

@@ -531,7 +531,7 @@ public final class Matcher {
     /// (equal pairs are equal landmarks), at a fraction of the cost of a stable sort with a closure.
     static func sortedByHashAndFrame(_ landmarks: [Landmark]) -> [Landmark] {
         var packed = landmarks.map { UInt64($0.hash) << 32 | UInt64($0.frame) }
-        packed.sort()
+        packed.radixSort()
         return packed.map { Landmark(hash: UInt32(truncatingIfNeeded: $0 >> 32), frame: UInt32(truncatingIfNeeded: $0)) }
     }
 
