@@ -79,4 +79,59 @@ struct LandmarkShapeTests {
         #expect(SignatureConfiguration.current.keyDesign != SignatureConfiguration.experimentalTriplets.keyDesign)
         #expect(SignatureConfiguration.experimentalTriplets.hasSamePeaks(as: .current))
     }
+
+    /// What extraction gives by its definition: each anchor's targets sorted by (level descending, index), the first
+    /// `fanout` kept (all, in time order, when there are no more).
+    static func definedLandmarks(_ signature: Signature, rankLimit: Int, fanout: Int,
+                                 configuration c: SignatureConfiguration) -> [Landmark] {
+        let peaks = signature.peaks.filter { Int($0.rank) < rankLimit }
+        var out: [Landmark] = []
+        for (i, a) in peaks.enumerated() {
+            // Peaks come in frame order: the zone ends at the first one too late.
+            let zone = peaks.indices.dropFirst(i + 1).prefix { Int(peaks[$0].frame) - Int(a.frame) <= c.maxPairFrames }
+            var targets = zone.filter { Int(peaks[$0].frame) > Int(a.frame) && abs(Int(peaks[$0].bin) - Int(a.bin)) <= c.maxPairBins }
+            if targets.count > fanout {
+                targets.sort { peaks[$0].level > peaks[$1].level || (peaks[$0].level == peaks[$1].level && $0 < $1) }
+                targets = Array(targets.prefix(fanout))
+            }
+            if c.landmarkShape == .pairs {
+                for t in targets {
+                    out.append(Landmark(hash: Landmarks.hash(anchorBin: Int(a.bin), targetBin: Int(peaks[t].bin),
+                                                             dt: Int(peaks[t].frame) - Int(a.frame), configuration: c), frame: a.frame))
+                }
+            } else {
+                let ordered = targets.sorted()
+                for x in ordered.indices {
+                    for y in ordered.indices where y > x {
+                        let b = peaks[ordered[x]], d = peaks[ordered[y]]
+                        out.append(Landmark(hash: Landmarks.hash(anchorBin: Int(a.bin), first: (Int(b.bin), Int(b.frame) - Int(a.frame)),
+                                                                 second: (Int(d.bin), Int(d.frame) - Int(a.frame)), configuration: c),
+                                            frame: a.frame))
+                    }
+                }
+            }
+        }
+        return out
+    }
+
+    @Test("each anchor keeps its strongest targets (the earlier on equal levels), in the order the definition gives, for both shapes",
+          arguments: [LandmarkShape.pairs, .triplets])
+    func strongestTargets(shape: LandmarkShape) throws {
+        let configuration = shape == .pairs ? SignatureConfiguration.current : .experimentalTriplets
+        let real = try trackAndClip().clip
+        // Levels from a handful of values: many ties among an anchor's targets.
+        var rng = SystemRandomNumberGenerator()
+        let tied = Signature(configurationVersion: real.configurationVersion, duration: real.duration,
+                             peaks: real.peaks.map { Peak(frame: $0.frame, bin: $0.bin, rank: $0.rank, level: Float(Int.random(in: 0..<4, using: &rng))) })
+        for signature in [real, tied] {
+            for (rankLimit, fanout) in [(14, 3), (24, 4), (36, 12), (100, 24)] {
+                let got = Landmarks.extract(from: signature, rankLimit: rankLimit, fanout: fanout, configuration: configuration)
+                let expected = Self.definedLandmarks(signature, rankLimit: rankLimit, fanout: fanout, configuration: configuration)
+                #expect(got.count > 100)
+                let same = got == expected
+                let firstDifference = got.indices.first { $0 >= expected.count || got[$0] != expected[$0] } ?? got.count
+                #expect(same, "rank < \(rankLimit), \(fanout) targets: \(got.count) landmarks, defined \(expected.count), first difference at \(firstDifference)")
+            }
+        }
+    }
 }
