@@ -277,9 +277,9 @@ public struct MatchResult: Sendable, Codable, Equatable {
     public var matches: [Match]
     /// Seconds of query audio.
     public var queryDuration: Double
-    /// Query landmarks looked up.
+    /// Query landmarks looked up by the search that gave this result (the quick, first or a skew trial's).
     public var queryLandmarks: Int
-    /// Postings that shared a hash with the query.
+    /// Postings that shared a hash with the query in that search.
     public var candidateHits: Int
 }
 
