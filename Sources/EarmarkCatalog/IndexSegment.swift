@@ -248,8 +248,19 @@ final class IndexSegment {
             if j + directoryAhead < order.count { earmark_prefetch(directory + bucket(j + directoryAhead) * 8) }
             // Only through an entry already mapped: reading it would map its window uncounted.
             if j + bucketAhead < order.count, isMapped(IndexSegment.headerBytes + bucket(j + bucketAhead) * 8) {
-                let lo = UInt64(littleEndian: directory.loadUnaligned(fromByteOffset: bucket(j + bucketAhead) * 8, as: UInt64.self))
-                if lo < UInt64(dataBytes) { earmark_prefetch(UnsafeRawPointer(base) + dataStart + Int(lo)) }
+                // The whole bucket (a few cache lines): its binary search's first probes land in the middle.
+                let entry = bucket(j + bucketAhead) * 8
+                let lo = UInt64(littleEndian: directory.loadUnaligned(fromByteOffset: entry, as: UInt64.self))
+                let hi = UInt64(littleEndian: directory.loadUnaligned(fromByteOffset: entry + 8, as: UInt64.self))
+                if lo < hi, hi <= UInt64(dataBytes) {
+                    let start = UnsafeRawPointer(base) + dataStart
+                    var line = Int(lo) & ~63
+                    let end = min(Int(hi), Int(lo) + 1024)
+                    while line < end {
+                        earmark_prefetch(start + line)
+                        line += 64
+                    }
+                }
             }
             let i = Int(truncatingIfNeeded: order[j] & 0xFFFF_FFFF)
             try lookup(mixed: UInt32(truncatingIfNeeded: order[j] >> 32), limit: limit, residentLimit: residentLimit) { body(i, $0, $1) }
