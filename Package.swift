@@ -56,7 +56,8 @@ let package = Package(
         // The instrument head (tools/train-instrument-head.sh) ships as a resource; InstrumentHead finds the bundle itself.
         .target(name: "EarmarkClassification", dependencies: ["COpenBLAS", "EarmarkAudio", "EarmarkDSP"],
                 resources: [.copy("Resources/instrument-head.json")]),
-        // Matrix products with float16 weights for few rows (Whisper's decoder steps), AVX2/F16C chosen at run time.
+        // Matrix products with float16 weights for few rows (Whisper's decoder steps) and the attention's softmax,
+        // AVX2/FMA/F16C chosen at run time, portable C otherwise.
         // Optimised in debug builds too: at -O0 the intrinsics run about 30 times slower, which made the speech tests crawl.
         .target(name: "CHalfGEMM", cSettings: [.unsafeFlags(["-O2"], .when(configuration: .debug))]),
         // Speech to text: Whisper base, the encoder in Float32 on OpenBLAS, the decoder on float16 weights (CHalfGEMM)

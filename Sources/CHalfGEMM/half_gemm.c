@@ -1,5 +1,6 @@
 // Float16-weight matrix products for few rows; see include/CHalfGEMM.h.
 #include "CHalfGEMM.h"
+#include "dispatch.h"
 
 #include <string.h>
 
@@ -149,12 +150,12 @@ static EARMARK_AVX2 void half_to_float_avx2(const uint16_t *src, float *dst, lon
     for (; i < count; i++) dst[i] = half_value(src[i]);
 }
 
-static int has_avx2(void) {
+int earmark_has_avx2_fma_f16c(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
 #else
-static int has_avx2(void) { return 0; }
+int earmark_has_avx2_fma_f16c(void) { return 0; }
 #endif
 
 // MARK: Dispatch
@@ -163,7 +164,7 @@ void earmark_half_gemm(long rows, long n, long k, const float *a, long lda, cons
                        const float *bias, float *out, long ldo, int accumulate) {
     if (rows <= 0 || n <= 0) return;
 #ifdef EARMARK_X86
-    if (has_avx2()) {
+    if (earmark_has_avx2_fma_f16c()) {
         half_gemm_avx2(rows, n, k, a, lda, w, ldw, bias, out, ldo, accumulate);
         return;
     }
@@ -173,7 +174,7 @@ void earmark_half_gemm(long rows, long n, long k, const float *a, long lda, cons
 
 void earmark_half_to_float(const uint16_t *src, float *dst, long count) {
 #ifdef EARMARK_X86
-    if (has_avx2()) {
+    if (earmark_has_avx2_fma_f16c()) {
         half_to_float_avx2(src, dst, count);
         return;
     }
@@ -181,4 +182,4 @@ void earmark_half_to_float(const uint16_t *src, float *dst, long count) {
     half_to_float_portable(src, dst, count);
 }
 
-const char *earmark_half_gemm_path(void) { return has_avx2() ? "avx2-fma-f16c" : "portable"; }
+const char *earmark_half_gemm_path(void) { return earmark_has_avx2_fma_f16c() ? "avx2-fma-f16c" : "portable"; }

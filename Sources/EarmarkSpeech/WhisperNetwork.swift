@@ -80,6 +80,10 @@ public final class WhisperNetwork {
     private(set) var slots = 1
     /// Attention weights of one decoder query.
     private let stepScores: UnsafeMutablePointer<Float>
+    /// Cross-attention weights of up to ``crossRows`` decoder queries at once (`crossRows × audioContext`).
+    private let crossScores: UnsafeMutablePointer<Float>
+    /// Rows whose cross-attention runs as one GEMM per head (the window's keys and values read once for all of them).
+    static let crossRows = 32
     /// Tokens the decoder has read since ``resetDecoder()``.
     public private(set) var position = 0
     /// While ``crossAttentionLogits(tokens:heads:frames:)`` runs: where head (layer·heads + head) of the cross-attention
@@ -160,6 +164,7 @@ public final class WhisperNetwork {
         crossKeys = arena
         crossValues = arena + a.textLayers * context * d
         stepScores = buffer(max(context, textContext))
+        crossScores = buffer(WhisperNetwork.crossRows * context)
         allocations = made
         (selfKeys, selfValues, tx, th, tqkv, ta, tf, logitsBuffer) = WhisperNetwork.rowBuffers(
             slots: 1, layers: a.textLayers, textContext: a.textContext, d: d, vocabulary: a.vocabularySize)
@@ -353,9 +358,19 @@ public final class WhisperNetwork {
             // Cross-attention over the window.
             WhisperNetwork.layerNorm(tx, rows: rows, width: d, layer.crossNorm, into: th)
             WhisperNetwork.halfLinear(th, rows: rows, layer.crossQuery, into: tqkv, accumulate: false)
-            for r in 0..<rows {
-                attend(query: tqkv + r * d, keys: crossKeys + l * context * d, values: crossValues + l * context * d, count: encodedPositions,
-                       scale: scale, into: ta + r * d, captureLayer: capture == nil ? nil : l)
+            if capture == nil && rows > 1 {
+                var start = 0
+                while start < rows {
+                    let group = min(WhisperNetwork.crossRows, rows - start)
+                    attend(queries: tqkv + start * d, rows: group, keys: crossKeys + l * context * d, values: crossValues + l * context * d,
+                           count: encodedPositions, scale: scale, into: ta + start * d)
+                    start += group
+                }
+            } else {
+                for r in 0..<rows {
+                    attend(query: tqkv + r * d, keys: crossKeys + l * context * d, values: crossValues + l * context * d, count: encodedPositions,
+                           scale: scale, into: ta + r * d, captureLayer: capture == nil ? nil : l)
+                }
             }
             WhisperNetwork.halfLinear(ta, rows: rows, layer.crossOutput, into: tx, accumulate: true)
             // Feed-forward.
@@ -410,6 +425,22 @@ public final class WhisperNetwork {
             WhisperNetwork.softmax(stepScores, count: count)
             cblas_sgemv(CblasRowMajor, CblasTrans, Int32(count), Int32(hs), 1, values + head * hs, Int32(d),
                         stepScores, 1, 0, out + head * hs, 1)
+        }
+    }
+
+    /// ``attend(query:keys:values:count:scale:into:captureLayer:)`` for `rows` queries (rows of width d) against the
+    /// same keys and values: two GEMMs per head instead of two GEMVs per head and row, so the keys and values (3 MB
+    /// each per layer for a whole window) are read once for all rows. The same sums, in another order.
+    private func attend(queries: UnsafePointer<Float>, rows: Int, keys: UnsafePointer<Float>, values: UnsafePointer<Float>, count: Int,
+                        scale: Float, into out: UnsafeMutablePointer<Float>) {
+        precondition(rows <= WhisperNetwork.crossRows && count <= context)
+        let d = self.d, hs = headSize
+        for head in 0..<heads {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(rows), Int32(count), Int32(hs), scale,
+                        queries + head * hs, Int32(d), keys + head * hs, Int32(d), 0, crossScores, Int32(count))
+            for r in 0..<rows { WhisperNetwork.softmax(crossScores + r * count, count: count) }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Int32(rows), Int32(hs), Int32(count), 1,
+                        crossScores, Int32(count), values + head * hs, Int32(d), 0, out + head * hs, Int32(d))
         }
     }
 
@@ -483,16 +514,8 @@ public final class WhisperNetwork {
         }
     }
 
+    /// Softmax in place (8 values at a time with AVX2; see `earmark_softmax`).
     static func softmax(_ x: UnsafeMutablePointer<Float>, count: Int) {
-        var top = -Float.infinity
-        for i in 0..<count { top = max(top, x[i]) }
-        var sum: Float = 0
-        for i in 0..<count {
-            let e = expf(x[i] - top)
-            x[i] = e
-            sum += e
-        }
-        let inverse = 1 / sum
-        for i in 0..<count { x[i] *= inverse }
+        earmark_softmax(x, count)
     }
 }

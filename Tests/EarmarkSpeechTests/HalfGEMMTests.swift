@@ -1,4 +1,5 @@
 import CHalfGEMM
+import Foundation
 import Testing
 
 @Suite("Float16-weight GEMM (CHalfGEMM) against a plain double-precision loop")
@@ -111,6 +112,23 @@ struct HalfGEMMTests {
                 return !(out[i] == expected || (out[i].isNaN && expected.isNaN))
             }
             #expect(wrong.isEmpty, "count \(count): \(wrong.count) values differ, first bits \(wrong.first.map { all[$0] } ?? 0)")
+        }
+    }
+
+    @Test("softmax (dispatched and portable) agrees with a double-precision softmax on odd lengths")
+    func softmax() {
+        var g = Generator(state: 42)
+        for count in [1, 2, 7, 8, 9, 15, 16, 17, 100, 1500, 1501] {
+            let x = (0..<count).map { _ in g.unit() * 40 }
+            let top = Double(x.max()!)
+            let e = x.map { Foundation.exp(Double($0) - top) }
+            let sum = e.reduce(0, +)
+            for kernel in [earmark_softmax, earmark_softmax_portable] {
+                var y = x
+                y.withUnsafeMutableBufferPointer { kernel($0.baseAddress, count) }
+                let wrong = (0..<count).filter { abs(Double(y[$0]) - e[$0] / sum) > 1e-5 * e[$0] / sum + 1e-30 }
+                #expect(wrong.isEmpty, "count \(count): \(wrong.count) values off, first \(wrong.first.map { (y[$0], e[$0] / sum) }.debugDescription)")
+            }
         }
     }
 }

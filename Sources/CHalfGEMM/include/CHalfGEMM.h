@@ -4,7 +4,8 @@
 #include <stdint.h>
 
 // Matrix products with float16 weights and Float32 inputs, sums and outputs, for few input rows (Whisper's decoder
-// steps: 1 to a few dozen rows against weight matrices of hundreds of kB to 53 MB, read once per call).
+// steps: 1 to a few dozen rows against weight matrices of hundreds of kB to 53 MB, read once per call), and the
+// softmax of Whisper's attention.
 //
 // For r < rows and j < n:
 //     out[r·ldo + j] = (accumulate ? out[r·ldo + j] : 0) + (bias ? bias[j] : 0) + Σ_p a[r·lda + p] · w[j·ldw + p]
@@ -21,7 +22,15 @@ void earmark_half_gemm_portable(long rows, long n, long k, const float *a, long 
 // dst[i] = the binary16 value src[i] as a Float32 (exact: every binary16 value is a Float32 value).
 void earmark_half_to_float(const uint16_t *src, float *dst, long count);
 
-// The code earmark_half_gemm runs on this CPU: "avx2-fma-f16c" or "portable".
+// The code earmark_half_gemm (and earmark_softmax) runs on this CPU: "avx2-fma-f16c" or "portable".
 const char *earmark_half_gemm_path(void);
+
+// In place: x[i] = exp(x[i] − max) / Σ exp(x[j] − max) over count > 0 values (the softmax of Whisper's attention).
+// With AVX2 + FMA, 8 values at a time with an exp of its own (within 2 units in the last place of expf; inputs more
+// than 87.3 below the maximum give 0); otherwise libm's expf, one value at a time.
+void earmark_softmax(float *x, long count);
+
+// earmark_softmax with the portable code only (for tests).
+void earmark_softmax_portable(float *x, long count);
 
 #endif
