@@ -56,8 +56,13 @@ let package = Package(
         // The instrument head (tools/train-instrument-head.sh) ships as a resource; InstrumentHead finds the bundle itself.
         .target(name: "EarmarkClassification", dependencies: ["COpenBLAS", "EarmarkAudio", "EarmarkDSP"],
                 resources: [.copy("Resources/instrument-head.json")]),
-        // Speech to text: Whisper base in Float32 on OpenBLAS (model made by tools/fetch-speech-model.sh).
-        .target(name: "EarmarkSpeech", dependencies: ["COpenBLAS", "CZlib", "EarmarkAudio", "EarmarkDSP", "EarmarkClassification"]),
+        // Matrix products with float16 weights for few rows (Whisper's decoder steps) and the attention's softmax,
+        // AVX2/FMA/F16C chosen at run time, portable C otherwise.
+        // Optimised in debug builds too: at -O0 the intrinsics run about 30 times slower, which made the speech tests crawl.
+        .target(name: "CHalfGEMM", cSettings: [.unsafeFlags(["-O2"], .when(configuration: .debug))]),
+        // Speech to text: Whisper base, the encoder in Float32 on OpenBLAS, the decoder on float16 weights (CHalfGEMM)
+        // (model made by tools/fetch-speech-model.sh).
+        .target(name: "EarmarkSpeech", dependencies: ["CHalfGEMM", "COpenBLAS", "CZlib", "EarmarkAudio", "EarmarkDSP", "EarmarkClassification"]),
         .target(name: "EarmarkKit", dependencies: [
             "EarmarkAudio", "EarmarkSignature", "EarmarkCatalog", "EarmarkMatching", "EarmarkStreaming", "EarmarkAnalysis",
             "EarmarkClassification", "EarmarkSpeech",
@@ -91,7 +96,7 @@ let package = Package(
         .testTarget(name: "EarmarkMatchingTests", dependencies: ["EarmarkMatching", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkSyntheticTests", dependencies: ["EarmarkSynthetic", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkAnalysisTests", dependencies: ["CEBUR128", "EarmarkAnalysis", "EarmarkTestSupport"]),
-        .testTarget(name: "EarmarkSpeechTests", dependencies: ["EarmarkSpeech", "EarmarkTestSupport"]),
+        .testTarget(name: "EarmarkSpeechTests", dependencies: ["CHalfGEMM", "EarmarkSpeech", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkClassificationTests", dependencies: ["EarmarkClassification", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkStreamingTests", dependencies: ["EarmarkStreaming", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkKitTests", dependencies: ["EarmarkKit", "EarmarkTestSupport"]),

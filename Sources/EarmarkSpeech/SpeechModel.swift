@@ -108,7 +108,8 @@ struct SpeechModelHeader: Codable, Sendable {
 /// `tools/fetch-speech-model.sh` makes the file from Systran's CTranslate2 conversion of Whisper base.
 /// Every byte is treated as untrusted: loading checks the magic, version, sizes and checksum, and that
 /// every tensor has the shape the stated architecture needs, so a truncated, damaged or foreign file is
-/// refused with a ``SpeechModelError``. The float16 weights are widened to Float32 once, here.
+/// refused with a ``SpeechModelError``. The float16 weights are widened to Float32 once, here, except those the
+/// decoder reads at every token, which stay float16 (``halfPrecisionTensors(_:)``).
 ///
 /// ```swift
 /// let model = try SpeechModel(path: "models/whisper-base.emodel")
@@ -213,9 +214,11 @@ public struct SpeechModel: Sendable {
             guard SpeechModel.checksum(blob) == header.blobChecksum.lowercased() else { throw bad("checksum mismatch (damaged weights)") }
             release(0, blob.count)
             let expected = try SpeechModel.expectedShapes(header, inconsistent)
+            let half = SpeechModel.halfPrecisionTensors(header)
             let total = expected.values.reduce(0) { $0 + $1.reduce(1, *) }
+            let halfTotal = expected.filter { half.contains($0.key) }.values.reduce(0) { $0 + $1.reduce(1, *) }
             guard total <= blob.count / 2 else { throw inconsistent("the file holds fewer weights than its architecture needs") }
-            let weights = WeightStorage(count: total)
+            let weights = WeightStorage(count: total - halfTotal, halfCount: halfTotal)
             for (tensorName, shape) in expected.sorted(by: { $0.key < $1.key }) {
                 guard let entry = header.tensors[tensorName] else { throw inconsistent("no tensor \(tensorName)") }
                 guard entry.shape == shape else { throw inconsistent("\(tensorName) has shape \(entry.shape), the architecture needs \(shape)") }
@@ -223,14 +226,24 @@ public struct SpeechModel: Sendable {
                 guard entry.type == "float16", entry.bytes == count * 2, entry.offset >= 0, entry.offset % 2 == 0,
                       entry.offset <= blob.count, entry.bytes <= blob.count - entry.offset
                 else { throw inconsistent("\(tensorName) is not \(count) float16 values inside the blob") }
-                let out = weights.add(tensorName, count: count)
                 let base = blob.baseAddress! + entry.offset
                 var finite = true
-                for i in 0..<count {
-                    let bits = UInt16(littleEndian: base.loadUnaligned(fromByteOffset: 2 * i, as: UInt16.self))
-                    let value = Float(Float16(bitPattern: bits))
-                    finite = finite && value.isFinite
-                    out[i] = value
+                if half.contains(tensorName) {
+                    // Kept as float16 bit patterns (read by the half-precision GEMM); finite means exponent bits not all set.
+                    let out = weights.addHalf(tensorName, count: count)
+                    for i in 0..<count {
+                        let bits = UInt16(littleEndian: base.loadUnaligned(fromByteOffset: 2 * i, as: UInt16.self))
+                        finite = finite && bits & 0x7C00 != 0x7C00
+                        out[i] = bits
+                    }
+                } else {
+                    let out = weights.add(tensorName, count: count)
+                    for i in 0..<count {
+                        let bits = UInt16(littleEndian: base.loadUnaligned(fromByteOffset: 2 * i, as: UInt16.self))
+                        let value = Float(Float16(bitPattern: bits))
+                        finite = finite && value.isFinite
+                        out[i] = value
+                    }
                 }
                 guard finite else { throw inconsistent("\(tensorName) holds a non-finite value") }
                 release(entry.offset, entry.bytes)
@@ -339,29 +352,56 @@ public struct SpeechModel: Sendable {
         return shapes
     }
 
-    /// A weight tensor (present: the loader checked every name the network reads).
+    /// A weight tensor widened to Float32 (present: the loader checked every name the network reads).
     func tensor(_ name: String) -> UnsafePointer<Float> { weights.pointer(name) }
+
+    /// A weight tensor kept as float16 bit patterns (one of ``halfPrecisionTensors(_:)``).
+    func halfTensor(_ name: String) -> UnsafePointer<UInt16> { weights.halfPointer(name) }
+
+    /// The weights kept as float16, as in the file: the token embedding (also the output projection) and every
+    /// decoder layer's linear weights read at each token, except the cross-attention key/value projection (run once
+    /// per window over 1,500 positions, by OpenBLAS). They are read once per decoder step, so their size in memory
+    /// is the step's cost; the half-precision GEMM widens them to Float32 as it reads them (the same values).
+    static func halfPrecisionTensors(_ header: SpeechModelHeader) -> Set<String> {
+        var names: Set<String> = ["decoder/embeddings/weight"]
+        for i in 0..<header.architecture.textLayers {
+            let p = "decoder/layer_\(i)/"
+            for linear in ["self_attention/linear_0", "self_attention/linear_1", "attention/linear_0", "attention/linear_2",
+                           "ffn/linear_0", "ffn/linear_1"] {
+                names.insert(p + linear + "/weight")
+            }
+        }
+        return names
+    }
 
     /// The language with this code, if the model knows it.
     public func language(code: String) -> WhisperLanguage? { languages.first { $0.code == code } }
 }
 
-/// Every weight of a model in one Float32 allocation, written once while loading and only read after
-/// that; `@unchecked Sendable` is safe because nothing mutates it once ``SpeechModel`` holds it.
+/// Every weight of a model in one Float32 allocation and one float16 allocation (the tensors the decoder reads
+/// at every token), written once while loading and only read after that; `@unchecked Sendable` is safe because
+/// nothing mutates it once ``SpeechModel`` holds it.
 final class WeightStorage: @unchecked Sendable {
     private let base: UnsafeMutablePointer<Float>
-    private let capacity: Int
-    private var used = 0
+    private let halfBase: UnsafeMutablePointer<UInt16>
+    private let capacity: Int, halfCapacity: Int
+    private var used = 0, halfUsed = 0
     private var offsets: [String: Int] = [:]
+    private var halfOffsets: [String: Int] = [:]
 
-    init(count: Int) {
+    init(count: Int, halfCount: Int) {
         capacity = count
+        halfCapacity = halfCount
         base = .allocate(capacity: max(1, count))
+        halfBase = .allocate(capacity: max(1, halfCount))
     }
 
-    deinit { base.deallocate() }
+    deinit {
+        base.deallocate()
+        halfBase.deallocate()
+    }
 
-    /// Reserves `count` values for `name` (loading only).
+    /// Reserves `count` Float32 values for `name` (loading only).
     func add(_ name: String, count: Int) -> UnsafeMutablePointer<Float> {
         precondition(used + count <= capacity)
         offsets[name] = used
@@ -369,7 +409,17 @@ final class WeightStorage: @unchecked Sendable {
         return base + (used - count)
     }
 
+    /// Reserves `count` float16 values for `name` (loading only).
+    func addHalf(_ name: String, count: Int) -> UnsafeMutablePointer<UInt16> {
+        precondition(halfUsed + count <= halfCapacity)
+        halfOffsets[name] = halfUsed
+        halfUsed += count
+        return halfBase + (halfUsed - count)
+    }
+
     func pointer(_ name: String) -> UnsafePointer<Float> { UnsafePointer(base + offsets[name]!) }
+
+    func halfPointer(_ name: String) -> UnsafePointer<UInt16> { UnsafePointer(halfBase + halfOffsets[name]!) }
 }
 
 extension SpeechModel {

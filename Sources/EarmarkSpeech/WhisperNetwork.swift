@@ -1,7 +1,9 @@
+import CHalfGEMM
 import COpenBLAS
 import Foundation
 
-/// Whisper's encoder and decoder in Float32 on OpenBLAS, with the decoder's key/value caches.
+/// Whisper's encoder and decoder, with the decoder's key/value caches: the encoder in Float32 on OpenBLAS, the
+/// decoder's per-token products on float16 weights widened to Float32 inside the GEMM (`CHalfGEMM`), Float32 sums.
 ///
 /// The encoder reads one 30-s window of log-mel frames (frame-major, `chunkFrames × melBands`) and
 /// leaves `audioContext × audioState` values in ``encoderOutput``; ``prepareDecoder()`` then projects them to
@@ -15,6 +17,12 @@ public final class WhisperNetwork {
         var bias: UnsafePointer<Float>
         var rows: Int, cols: Int
     }
+    /// A linear layer whose weights stay float16 (the decoder's per-token layers: half the bytes to read per step).
+    struct HalfLinear {
+        var weight: UnsafePointer<UInt16>
+        var bias: UnsafePointer<Float>
+        var rows: Int, cols: Int
+    }
     struct Norm {
         var gamma: UnsafePointer<Float>
         var beta: UnsafePointer<Float>
@@ -24,9 +32,9 @@ public final class WhisperNetwork {
         var ffnNorm: Norm, ffn0: Linear, ffn1: Linear
     }
     struct DecoderLayer {
-        var selfNorm: Norm, qkv: Linear, selfOutput: Linear
-        var crossNorm: Norm, crossQuery: Linear, crossKeyValue: Linear, crossOutput: Linear
-        var ffnNorm: Norm, ffn0: Linear, ffn1: Linear
+        var selfNorm: Norm, qkv: HalfLinear, selfOutput: HalfLinear
+        var crossNorm: Norm, crossQuery: HalfLinear, crossKeyValue: Linear, crossOutput: HalfLinear
+        var ffnNorm: Norm, ffn0: HalfLinear, ffn1: HalfLinear
     }
 
     public let model: SpeechModel
@@ -34,7 +42,9 @@ public final class WhisperNetwork {
     let conv1: Linear, conv2: Linear
     let encoderPositions: UnsafePointer<Float>, encoderNorm: Norm
     let encoderLayers: [EncoderLayer]
-    let embeddings: UnsafePointer<Float>, decoderPositions: UnsafePointer<Float>, decoderNorm: Norm
+    /// The token embedding (float16), also the output projection.
+    let embeddings: UnsafePointer<UInt16>
+    let decoderPositions: UnsafePointer<Float>, decoderNorm: Norm
     let decoderLayers: [DecoderLayer]
 
     // Encoder scratch.
@@ -70,6 +80,10 @@ public final class WhisperNetwork {
     private(set) var slots = 1
     /// Attention weights of one decoder query.
     private let stepScores: UnsafeMutablePointer<Float>
+    /// Cross-attention weights of up to ``crossRows`` decoder queries at once (`crossRows × audioContext`).
+    private let crossScores: UnsafeMutablePointer<Float>
+    /// Rows whose cross-attention runs as one GEMM per head (the window's keys and values read once for all of them).
+    static let crossRows = 32
     /// Tokens the decoder has read since ``resetDecoder()``.
     public private(set) var position = 0
     /// While ``crossAttentionLogits(tokens:heads:frames:)`` runs: where head (layer·heads + head) of the cross-attention
@@ -95,6 +109,9 @@ public final class WhisperNetwork {
         func linear(_ p: String, _ rows: Int, _ cols: Int) -> Linear {
             Linear(weight: model.tensor(p + "/weight"), bias: model.tensor(p + "/bias"), rows: rows, cols: cols)
         }
+        func half(_ p: String, _ rows: Int, _ cols: Int) -> HalfLinear {
+            HalfLinear(weight: model.halfTensor(p + "/weight"), bias: model.tensor(p + "/bias"), rows: rows, cols: cols)
+        }
         func norm(_ p: String) -> Norm { Norm(gamma: model.tensor(p + "/layer_norm/gamma"), beta: model.tensor(p + "/layer_norm/beta")) }
         let d = a.audioState
         conv1 = linear("encoder/conv1", d, mels * 3)
@@ -107,16 +124,16 @@ public final class WhisperNetwork {
                                 output: linear(p + "/self_attention/linear_1", d, d),
                                 ffnNorm: norm(p + "/ffn"), ffn0: linear(p + "/ffn/linear_0", 4 * d, d), ffn1: linear(p + "/ffn/linear_1", d, 4 * d))
         }
-        embeddings = model.tensor("decoder/embeddings/weight")
+        embeddings = model.halfTensor("decoder/embeddings/weight")
         decoderPositions = model.tensor("decoder/position_encodings/encodings")
         decoderNorm = norm("decoder")
         decoderLayers = (0..<a.textLayers).map { i in
             let p = "decoder/layer_\(i)"
-            return DecoderLayer(selfNorm: norm(p + "/self_attention"), qkv: linear(p + "/self_attention/linear_0", 3 * d, d),
-                                selfOutput: linear(p + "/self_attention/linear_1", d, d),
-                                crossNorm: norm(p + "/attention"), crossQuery: linear(p + "/attention/linear_0", d, d),
-                                crossKeyValue: linear(p + "/attention/linear_1", 2 * d, d), crossOutput: linear(p + "/attention/linear_2", d, d),
-                                ffnNorm: norm(p + "/ffn"), ffn0: linear(p + "/ffn/linear_0", 4 * d, d), ffn1: linear(p + "/ffn/linear_1", d, 4 * d))
+            return DecoderLayer(selfNorm: norm(p + "/self_attention"), qkv: half(p + "/self_attention/linear_0", 3 * d, d),
+                                selfOutput: half(p + "/self_attention/linear_1", d, d),
+                                crossNorm: norm(p + "/attention"), crossQuery: half(p + "/attention/linear_0", d, d),
+                                crossKeyValue: linear(p + "/attention/linear_1", 2 * d, d), crossOutput: half(p + "/attention/linear_2", d, d),
+                                ffnNorm: norm(p + "/ffn"), ffn0: half(p + "/ffn/linear_0", 4 * d, d), ffn1: half(p + "/ffn/linear_1", d, 4 * d))
         }
         var made: [UnsafeMutablePointer<Float>] = []
         func buffer(_ count: Int) -> UnsafeMutablePointer<Float> {
@@ -147,6 +164,7 @@ public final class WhisperNetwork {
         crossKeys = arena
         crossValues = arena + a.textLayers * context * d
         stepScores = buffer(max(context, textContext))
+        crossScores = buffer(WhisperNetwork.crossRows * context)
         allocations = made
         (selfKeys, selfValues, tx, th, tqkv, ta, tf, logitsBuffer) = WhisperNetwork.rowBuffers(
             slots: 1, layers: a.textLayers, textContext: a.textContext, d: d, vocabulary: a.vocabularySize)
@@ -321,13 +339,14 @@ public final class WhisperNetwork {
         for r in 0..<rows {
             let t = token(r), pos = position(r)
             precondition(t >= 0 && t < vocabulary && slot(r) >= 0 && slot(r) < slots && pos < textContext)
-            let e = embeddings + t * d, pe = decoderPositions + pos * d, x = tx + r * d
-            for i in 0..<d { x[i] = e[i] + pe[i] }
+            let pe = decoderPositions + pos * d, x = tx + r * d
+            earmark_half_to_float(embeddings + t * d, x, d)
+            for i in 0..<d { x[i] += pe[i] }
         }
         for (l, layer) in decoderLayers.enumerated() {
             // Self-attention over positions 0…p of each row's own cache.
             WhisperNetwork.layerNorm(tx, rows: rows, width: d, layer.selfNorm, into: th)
-            WhisperNetwork.linear(th, rows: rows, layer.qkv, into: tqkv, accumulate: false)
+            WhisperNetwork.halfLinear(th, rows: rows, layer.qkv, into: tqkv, accumulate: false)
             for r in 0..<rows {
                 let offset = (slot(r) * layers + l) * textContext * d, p = position(r)
                 let keys = selfKeys + offset, values = selfValues + offset, q = tqkv + r * 3 * d
@@ -335,36 +354,38 @@ public final class WhisperNetwork {
                 (values + p * d).update(from: q + 2 * d, count: d)
                 attend(query: q, keys: keys, values: values, count: p + 1, scale: scale, into: ta + r * d)
             }
-            WhisperNetwork.linear(ta, rows: rows, layer.selfOutput, into: tx, accumulate: true)
+            WhisperNetwork.halfLinear(ta, rows: rows, layer.selfOutput, into: tx, accumulate: true)
             // Cross-attention over the window.
             WhisperNetwork.layerNorm(tx, rows: rows, width: d, layer.crossNorm, into: th)
-            WhisperNetwork.linear(th, rows: rows, layer.crossQuery, into: tqkv, accumulate: false)
-            for r in 0..<rows {
-                attend(query: tqkv + r * d, keys: crossKeys + l * context * d, values: crossValues + l * context * d, count: encodedPositions,
-                       scale: scale, into: ta + r * d, captureLayer: capture == nil ? nil : l)
+            WhisperNetwork.halfLinear(th, rows: rows, layer.crossQuery, into: tqkv, accumulate: false)
+            if capture == nil && rows > 1 {
+                var start = 0
+                while start < rows {
+                    let group = min(WhisperNetwork.crossRows, rows - start)
+                    attend(queries: tqkv + start * d, rows: group, keys: crossKeys + l * context * d, values: crossValues + l * context * d,
+                           count: encodedPositions, scale: scale, into: ta + start * d)
+                    start += group
+                }
+            } else {
+                for r in 0..<rows {
+                    attend(query: tqkv + r * d, keys: crossKeys + l * context * d, values: crossValues + l * context * d, count: encodedPositions,
+                           scale: scale, into: ta + r * d, captureLayer: capture == nil ? nil : l)
+                }
             }
-            WhisperNetwork.linear(ta, rows: rows, layer.crossOutput, into: tx, accumulate: true)
+            WhisperNetwork.halfLinear(ta, rows: rows, layer.crossOutput, into: tx, accumulate: true)
             // Feed-forward.
             WhisperNetwork.layerNorm(tx, rows: rows, width: d, layer.ffnNorm, into: th)
-            WhisperNetwork.linear(th, rows: rows, layer.ffn0, into: tf, accumulate: false)
+            WhisperNetwork.halfLinear(th, rows: rows, layer.ffn0, into: tf, accumulate: false)
             WhisperNetwork.gelu(tf, count: rows * 4 * d)
-            WhisperNetwork.linear(tf, rows: rows, layer.ffn1, into: tx, accumulate: true)
+            WhisperNetwork.halfLinear(tf, rows: rows, layer.ffn1, into: tx, accumulate: true)
         }
         // The output projection is the token embedding matrix (not needed while only attention is collected).
         guard capture == nil, logits else { return }
         let sameSlot = rows > 1 && slot(0) == slot(1)
-        if sameSlot {
-            // A prefill group: only the last position's logits are wanted.
-            WhisperNetwork.layerNorm(tx + (rows - 1) * d, rows: 1, width: d, decoderNorm, into: th)
-        } else {
-            WhisperNetwork.layerNorm(tx, rows: rows, width: d, decoderNorm, into: th)
-        }
-        if rows == 1 || sameSlot {
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, Int32(vocabulary), Int32(d), 1, embeddings, Int32(d), th, 1, 0, logitsBuffer, 1)
-        } else {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(rows), Int32(vocabulary), Int32(d), 1,
-                        th, Int32(d), embeddings, Int32(d), 0, logitsBuffer, Int32(vocabulary))
-        }
+        // A prefill group: only the last position's logits are wanted.
+        let logitRows = sameSlot ? 1 : rows
+        WhisperNetwork.layerNorm(tx + (rows - logitRows) * d, rows: logitRows, width: d, decoderNorm, into: th)
+        earmark_half_gemm(logitRows, vocabulary, d, th, d, embeddings, d, nil, logitsBuffer, vocabulary, 0)
     }
 
     /// Reads `tokens` from position 0 (after ``prepareDecoder()``) and returns the cross-attention logits
@@ -407,6 +428,22 @@ public final class WhisperNetwork {
         }
     }
 
+    /// ``attend(query:keys:values:count:scale:into:captureLayer:)`` for `rows` queries (rows of width d) against the
+    /// same keys and values: two GEMMs per head instead of two GEMVs per head and row, so the keys and values (3 MB
+    /// each per layer for a whole window) are read once for all rows. The same sums, in another order.
+    private func attend(queries: UnsafePointer<Float>, rows: Int, keys: UnsafePointer<Float>, values: UnsafePointer<Float>, count: Int,
+                        scale: Float, into out: UnsafeMutablePointer<Float>) {
+        precondition(rows <= WhisperNetwork.crossRows && count <= context)
+        let d = self.d, hs = headSize
+        for head in 0..<heads {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(rows), Int32(count), Int32(hs), scale,
+                        queries + head * hs, Int32(d), keys + head * hs, Int32(d), 0, crossScores, Int32(count))
+            for r in 0..<rows { WhisperNetwork.softmax(crossScores + r * count, count: count) }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Int32(rows), Int32(hs), Int32(count), 1,
+                        crossScores, Int32(count), values + head * hs, Int32(d), 0, out + head * hs, Int32(d))
+        }
+    }
+
     // MARK: Kernels
 
     /// out[r] (+)= W · input[r] + b for `rows` rows (W is `rows × cols` of the layer, row-major).
@@ -424,23 +461,12 @@ public final class WhisperNetwork {
                     input, Int32(layer.cols), layer.weight, Int32(layer.cols), 1, out, Int32(n))
     }
 
-    /// ``affineVector(_:_:into:accumulate:)`` for one row, ``affine(_:rows:_:into:accumulate:)`` for several.
-    static func linear(_ input: UnsafePointer<Float>, rows: Int, _ layer: Linear, into out: UnsafeMutablePointer<Float>, accumulate: Bool) {
-        if rows == 1 {
-            affineVector(input, layer, into: out, accumulate: accumulate)
-        } else {
-            affine(input, rows: rows, layer, into: out, accumulate: accumulate)
-        }
-    }
-
-    static func affineVector(_ input: UnsafePointer<Float>, _ layer: Linear, into out: UnsafeMutablePointer<Float>, accumulate: Bool) {
-        let n = layer.rows
-        if accumulate {
-            for j in 0..<n { out[j] += layer.bias[j] }
-        } else {
-            out.update(from: layer.bias, count: n)
-        }
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, Int32(n), Int32(layer.cols), 1, layer.weight, Int32(layer.cols), input, 1, 1, out, 1)
+    /// out[r] (+)= W · input[r] + b for `rows` rows with the layer's float16 weights (any row count; the kernel is
+    /// made for few rows, as the decoder's steps have).
+    static func halfLinear(_ input: UnsafePointer<Float>, rows: Int, _ layer: HalfLinear, into out: UnsafeMutablePointer<Float>,
+                           accumulate: Bool) {
+        earmark_half_gemm(rows, layer.rows, layer.cols, input, layer.cols, layer.weight, layer.cols, layer.bias, out, layer.rows,
+                          accumulate ? 1 : 0)
     }
 
     /// Layer normalisation of each row (ε = 10⁻⁵), scaled by γ and shifted by β.
@@ -488,16 +514,8 @@ public final class WhisperNetwork {
         }
     }
 
+    /// Softmax in place (8 values at a time with AVX2; see `earmark_softmax`).
     static func softmax(_ x: UnsafeMutablePointer<Float>, count: Int) {
-        var top = -Float.infinity
-        for i in 0..<count { top = max(top, x[i]) }
-        var sum: Float = 0
-        for i in 0..<count {
-            let e = expf(x[i] - top)
-            x[i] = e
-            sum += e
-        }
-        let inverse = 1 / sum
-        for i in 0..<count { x[i] *= inverse }
+        earmark_softmax(x, count)
     }
 }

@@ -1,0 +1,36 @@
+#ifndef EARMARK_CHALFGEMM_H
+#define EARMARK_CHALFGEMM_H
+
+#include <stdint.h>
+
+// Matrix products with float16 weights and Float32 inputs, sums and outputs, for few input rows (Whisper's decoder
+// steps: 1 to a few dozen rows against weight matrices of hundreds of kB to 53 MB, read once per call), and the
+// softmax of Whisper's attention.
+//
+// For r < rows and j < n:
+//     out[r·ldo + j] = (accumulate ? out[r·ldo + j] : 0) + (bias ? bias[j] : 0) + Σ_p a[r·lda + p] · w[j·ldw + p]
+// with w[j·ldw + p] an IEEE binary16 bit pattern (row-major n × k, row j being output j's weights).
+// The sum runs in Float32 in an order of its own (not a reference order): results agree with a plain loop up to
+// rounding. Chooses at run time AVX2 + FMA + F16C code when the CPU (and OS) has them, portable C otherwise.
+void earmark_half_gemm(long rows, long n, long k, const float *a, long lda, const uint16_t *w, long ldw,
+                       const float *bias, float *out, long ldo, int accumulate);
+
+// The same product with the portable C code only (for tests: both paths against one reference on any CPU).
+void earmark_half_gemm_portable(long rows, long n, long k, const float *a, long lda, const uint16_t *w, long ldw,
+                                const float *bias, float *out, long ldo, int accumulate);
+
+// dst[i] = the binary16 value src[i] as a Float32 (exact: every binary16 value is a Float32 value).
+void earmark_half_to_float(const uint16_t *src, float *dst, long count);
+
+// The code earmark_half_gemm (and earmark_softmax) runs on this CPU: "avx2-fma-f16c" or "portable".
+const char *earmark_half_gemm_path(void);
+
+// In place: x[i] = exp(x[i] − max) / Σ exp(x[j] − max) over count > 0 values (the softmax of Whisper's attention).
+// With AVX2 + FMA, 8 values at a time with an exp of its own (within 2 units in the last place of expf; inputs more
+// than 87.3 below the maximum give 0); otherwise libm's expf, one value at a time.
+void earmark_softmax(float *x, long count);
+
+// earmark_softmax with the portable code only (for tests).
+void earmark_softmax_portable(float *x, long count);
+
+#endif

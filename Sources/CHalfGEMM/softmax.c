@@ -1,0 +1,89 @@
+// Softmax in place for the attention of Whisper's networks; see include/CHalfGEMM.h.
+#include "CHalfGEMM.h"
+#include "dispatch.h"
+
+#include <math.h>
+
+void earmark_softmax_portable(float *x, long count) {
+    float top = -INFINITY;
+    for (long i = 0; i < count; i++) top = x[i] > top ? x[i] : top;
+    float sum = 0;
+    for (long i = 0; i < count; i++) {
+        x[i] = expf(x[i] - top);
+        sum += x[i];
+    }
+    float inverse = 1 / sum;
+    for (long i = 0; i < count; i++) x[i] *= inverse;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define EARMARK_AVX2 __attribute__((target("avx2,fma")))
+
+// exp(v) for v ≤ 0 (v > 0 is not needed: the maximum has been subtracted): v = n·ln 2 + r with |r| ≤ ln 2 / 2,
+// exp(r) by its Taylor series to r⁷ (truncation below 10⁻⁸ relative), times 2ⁿ built in the exponent bits.
+static inline __attribute__((always_inline)) EARMARK_AVX2 __m256 exp_nonpositive(__m256 v) {
+    const __m256 lowest = _mm256_set1_ps(-87.3f);
+    __m256 underflow = _mm256_cmp_ps(v, lowest, _CMP_LT_OQ);
+    v = _mm256_max_ps(v, lowest);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    // ln 2 in two parts, so that n·ln2High is exact for |n| ≤ 127.
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), v);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187045e-06f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i scale = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(scale));
+    return _mm256_andnot_ps(underflow, e);
+}
+
+static EARMARK_AVX2 void softmax_avx2(float *x, long count) {
+    long full = count & ~7L, rest = count - full;
+    // Lanes of the last partial vector: lane i is loaded and stored when i < rest.
+    __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rest), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256 top = _mm256_set1_ps(-INFINITY);
+    for (long i = 0; i < full; i += 8) top = _mm256_max_ps(top, _mm256_loadu_ps(x + i));
+    float high = -INFINITY;
+    for (long i = full; i < count; i++) high = x[i] > high ? x[i] : high;
+    __m128 t = _mm_max_ps(_mm256_castps256_ps128(top), _mm256_extractf128_ps(top, 1));
+    t = _mm_max_ps(t, _mm_movehl_ps(t, t));
+    t = _mm_max_ss(t, _mm_shuffle_ps(t, t, 1));
+    high = _mm_cvtss_f32(t) > high ? _mm_cvtss_f32(t) : high;
+    __m256 shift = _mm256_set1_ps(high), sum = _mm256_setzero_ps();
+    for (long i = 0; i < full; i += 8) {
+        __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(x + i), shift));
+        _mm256_storeu_ps(x + i, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    if (rest > 0) {
+        __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_maskload_ps(x + full, mask), shift));
+        e = _mm256_and_ps(e, _mm256_castsi256_ps(mask));
+        _mm256_maskstore_ps(x + full, mask, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    __m256 inverse = _mm256_set1_ps(1 / _mm_cvtss_f32(s));
+    for (long i = 0; i < full; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inverse));
+    if (rest > 0) _mm256_maskstore_ps(x + full, mask, _mm256_mul_ps(_mm256_maskload_ps(x + full, mask), inverse));
+}
+#endif
+
+void earmark_softmax(float *x, long count) {
+    if (count <= 0) return;
+#if defined(__x86_64__) || defined(__i386__)
+    if (earmark_has_avx2_fma_f16c()) {
+        softmax_avx2(x, count);
+        return;
+    }
+#endif
+    earmark_softmax_portable(x, count);
+}
