@@ -555,10 +555,11 @@ public final class BeatTracker {
     /// (a grid of settings; see docs/analysis.md): onsets between the beats count when they reach
     /// `subdivisionFloor` of the onsets on the beats; the beat divides in three when the weaker of its thirds
     /// reaches `thirdsOverHalf` of its half; pulses group in threes when the bass accents every third pulse
-    /// `groupingOverPairs` times as much as every second; a beat without onsets between is only regrouped
+    /// `groupingOverPairs` times as much as every second (and more than every fourth); a beat without onsets
+    /// between is only regrouped
     /// from `fastestBeat` beats a minute up.
     static let subdivisionFloor = 0.2
-    static let thirdsOverHalf = 0.6
+    static let thirdsOverHalf = 1.0
     static let groupingOverPairs = 1.5
     static let fastestBeat = 155.0
 
@@ -583,8 +584,11 @@ public final class BeatTracker {
         }
         pulses.append(Double(frames.last!))
         let accents = pulses.map { peak(low, at: $0) }
-        let pairs = grouping(accents, size: 2), threes = grouping(accents, size: 3)
-        guard threes.contrast > 0, threes.contrast > groupingOverPairs * max(0, pairs.contrast) else { return (false, frames) }
+        // Threes, not pairs, and not fours either: a syncopated bass in 4/4 (accents on 1, the and of 2, 4)
+        // leans on threes against pairs but repeats every four or eight pulses.
+        let pairs = grouping(accents, size: 2), threes = grouping(accents, size: 3), fours = grouping(accents, size: 4)
+        guard threes.contrast > 0, threes.contrast > groupingOverPairs * max(0, pairs.contrast), threes.contrast > fours.contrast
+        else { return (false, frames) }
         let beats = stride(from: threes.phase, to: pulses.count, by: 3).map { Int(pulses[$0].rounded()) }
         return beats.count >= 4 ? (true, beats) : (false, frames)
     }
