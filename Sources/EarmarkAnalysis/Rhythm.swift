@@ -722,9 +722,12 @@ public final class BeatTracker {
         let tempo = BeatTracker.tempoSegments(times).map { TempoSegment(start: fileTimes[$0.first], end: fileTimes[$0.last], bpm: $0.bpm) }
         // Too few beats to hear a metre: no time signature.
         let known = frames.count >= 8
-        let signatures = known ? stretches.enumerated().map { k, s in
-            TimeSignatureSegment(start: k == 0 ? fileTimes[s.range.lowerBound] : (bars.first { $0 >= fileTimes[s.range.lowerBound] } ?? fileTimes[s.range.lowerBound]),
-                                 end: fileTimes[min(fileTimes.count - 1, s.range.upperBound)], timeSignature: s.signature)
+        // Each stretch from its first downbeat (the first from the first beat) to the next one's start.
+        let starts = stretches.enumerated().map { k, s in
+            k == 0 ? fileTimes[s.range.lowerBound] : (bars.first { $0 >= fileTimes[s.range.lowerBound] } ?? fileTimes[s.range.lowerBound])
+        }
+        let signatures = known ? stretches.indices.map { k in
+            TimeSignatureSegment(start: starts[k], end: k + 1 < starts.count ? starts[k + 1] : fileTimes.last!, timeSignature: stretches[k].signature)
         } : []
         // The signature and bar length of most of the piece.
         let main = stretches.max { $0.range.count < $1.range.count }!

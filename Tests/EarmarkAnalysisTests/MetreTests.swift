@@ -39,6 +39,22 @@ struct MetreTests {
         #expect(abs(bpm / truth.bpm - 1) < 0.03, "\(piece): \(bpm) BPM, truth \(truth.bpm)")
     }
 
+    @Test("the rendered march followed by the waltz: 4/4, then 3/4 from within 2 s of the join, bars of three after it")
+    func change() throws {
+        let dir = try renders()
+        let march = try Fixtures.decode(dir.appendingPathComponent("march.wav"))
+        let waltz = try Fixtures.decode(dir.appendingPathComponent("waltz.wav"))
+        let join = Double(march.count) / 44_100
+        let r = try #require(try rhythm(march + waltz))
+        let stretches = r.timeSignatures.map { "\($0.start)-\($0.end) \($0.timeSignature)" }
+        try #require(r.timeSignatures.count == 2, "\(stretches)")
+        #expect(r.timeSignatures[0].timeSignature.description == "4/4" && r.timeSignatures[1].timeSignature.description == "3/4", "\(stretches)")
+        #expect(abs(r.timeSignatures[1].start - join) < 2 && r.timeSignatures[0].end == r.timeSignatures[1].start, "\(stretches), join \(join)")
+        // Bars of three after the change: downbeats 3 beats apart.
+        let after = r.beats.filter { $0 > join + 2 }, bars = r.bars.filter { $0 > join + 2 }
+        #expect(bars.count >= 15 && abs(Double(after.count) / Double(bars.count) - 3) < 0.2, "\(after.count) beats, \(bars.count) bars")
+    }
+
     @Test("silence and a few clicks have no time signature")
     func none() throws {
         let silent = try rhythm([Float](repeating: 0, count: 44_100 * 20))
