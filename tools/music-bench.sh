@@ -9,6 +9,9 @@
 #   tools/music-bench.sh                  # key, rhythm, and structure on medleys of the public corpus
 #                                         # (when tools/bench.sh has built it; --seed S,S… picks the draws)
 #   tools/music-bench.sh --verbose        # also every piece that is not exactly right
+#   tools/music-bench.sh --metre          # beats, downbeats, tempo and time signature on the metre set
+#                                         # (tools/metre-data.sh: the rhythm set with its time signatures and
+#                                         # chorales re-barred in 2/4 ... 12/8); more options go to the bench
 #   tools/music-bench.sh --instruments    # instrument activity and pace; more options after it go to
 #                                         # earmark-music-bench (--subset even|odd, --sweep, --no-solos,
 #                                         # --verbose, --limit N; --head PATH|labels: another instrument
@@ -20,7 +23,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 scratch=${EARMARK_SCRATCH:-.build/tools}
 bash tools/setup.sh </dev/null
-if [ "${1:-}" = --instruments ]; then
+if [ "${1:-}" = --metre ]; then
+  shift
+  set -- --data "$(bash tools/metre-data.sh </dev/null)" "$@"
+elif [ "${1:-}" = --instruments ]; then
   shift
   data=$(bash tools/instrument-data.sh </dev/null)
   model=$(bash tools/fetch-model.sh </dev/null)

@@ -6,6 +6,9 @@
 #   $DIR/march.wav   D major, 4/4 at 110 BPM, 20 bars: piano chords on every beat, fingered bass on 1
 #                    and 3, drums (kick 1 and 3, snare 2 and 4, closed hi-hat on eighths); I IV V I vi IV V I
 #   $DIR/waltz.wav   A minor, 3/4 at 132 BPM, 24 bars: piano only, bass note on 1, chord on 2 and 3; i iv V i
+#   $DIR/jig.wav     G major, 6/8 at 66 dotted quarters a minute (eighths at 198), 24 bars: piano melody in
+#                    eighths (jig figures: three eighths, quarter and eighth), fingered bass on both beats (the
+#                    first louder), piano chord on the second and third eighth of each beat; I IV V I, a bar each
 #   $DIR/truth.json  those facts, per piece
 #   $DIR/READY       written last (first line: set version)
 #
@@ -18,7 +21,8 @@ DIR=${EARMARK_TEST_RENDERS:-$home/.cache/earmark-test-renders}
 SET_VERSION="earmark-test-renders 1"
 SOUNDFONT=/usr/share/sounds/sf2/FluidR3_GM.sf2
 
-ready() { [ -f "$DIR/READY" ] && [ "$(head -n 1 "$DIR/READY")" = "$SET_VERSION" ]; }
+# The jig came later than the set's version 1: a set of version 1 without it is built again.
+ready() { [ -f "$DIR/READY" ] && [ "$(head -n 1 "$DIR/READY")" = "$SET_VERSION" ] && [ -f "$DIR/jig.wav" ]; }
 if ready; then
   echo "$DIR"
   exit 0
@@ -62,10 +66,11 @@ def vlq(n):
     return bytes(b)
 
 
-def write_midi(path, bpm, num, events):
-    """events: (tick, channel, note, velocity, length ticks); one track, tempo and meter at tick 0."""
+def write_midi(path, bpm, num, events, den_power=2):
+    """events: (tick, channel, note, velocity, length ticks); one track, tempo (quarter notes a minute)
+    and meter (num / 2**den_power) at tick 0."""
     msgs = [(0, bytes([0xFF, 0x51, 3]) + (60_000_000 // bpm).to_bytes(3, "big")),
-            (0, bytes([0xFF, 0x58, 4, num, 2, 24, 8]))]
+            (0, bytes([0xFF, 0x58, 4, num, den_power, 24, 8]))]
     programs = {0: 0, 1: 33}  # channel 0 piano, channel 1 fingered bass; channel 9 drums
     for ch, prog in programs.items():
         msgs.append((0, bytes([0xC0 | ch, prog])))
@@ -125,18 +130,43 @@ for bar in range(bars):
 write_midi(f"{out}/waltz.mid", 132, 3, ev)
 pieces["waltz"] = {"tonic": "A", "mode": "minor", "bpm": 132, "beatsPerBar": 3, "bars": bars,
                    "instruments": ["keys"], "absent": ["drums", "voice", "brass"]}
+# Jig in G major, 6/8: a beat is a dotted quarter (3 eighths of TPQ / 2 ticks), 66 beats a minute, so
+# the quarter note plays at 99 a minute. I IV V I, a bar each.
+G, C, D = 67, 72, 74
+prog = [(G, False), (C, False), (D, False), (G, False)]
+E8 = TPQ // 2
+# Melody figures per beat, as scale steps above the chord root: (eighth offsets, lengths in eighths).
+figures = [[(0, 1, 0), (1, 1, 2), (2, 1, 4)], [(0, 2, 4), (2, 1, 2)], [(0, 1, 7), (1, 1, 4), (2, 1, 2)],
+           [(0, 2, 0), (2, 1, 4)]]
+ev = []
+bars = 24
+for bar in range(bars):
+    root, minor = prog[bar % len(prog)]
+    for beat in range(2):
+        t = (bar * 6 + beat * 3) * E8
+        ev.append((t, 1, root - 24, 100 if beat == 0 else 76, 3 * E8 - 40))
+        for k in (1, 2):
+            for n in triad(root, minor):
+                ev.append((t + k * E8, 0, n - 12, 58, E8 - 30))
+        for off, length, step in figures[(2 * bar + beat) % len(figures)]:
+            ev.append((t + off * E8, 0, root + step, 90 if off == 0 and beat == 0 else 80, length * E8 - 30))
+write_midi(f"{out}/jig.mid", 99, 6, ev, den_power=3)
+pieces["jig"] = {"tonic": "G", "mode": "major", "bpm": 66, "beatsPerBar": 2, "bars": bars, "timeSignature": "6/8",
+                 "instruments": ["bass", "keys"], "absent": ["drums", "voice", "brass"]}
+pieces["march"]["timeSignature"] = "4/4"
+pieces["waltz"]["timeSignature"] = "3/4"
 for name, p in pieces.items():
     p["beatPeriod"] = 60 / p["bpm"]
     p["beats"] = p["bars"] * p["beatsPerBar"]
 json.dump(pieces, open(f"{out}/truth.json", "w"), indent=1)
 PY
-for piece in march waltz; do
+for piece in march waltz jig; do
   fluidsynth -n -i -q -R 0 -C 0 -g 0.5 -r 44100 -F "$work/$piece.raw.wav" "$SOUNDFONT" "$work/$piece.mid" >/dev/null 2>&1 \
     || { echo "test-renders.sh: fluidsynth failed on $piece" >&2; exit 1; }
   sox "$work/$piece.raw.wav" -r 44100 -c 1 -b 16 "$work/$piece.wav"
   rm "$work/$piece.raw.wav"
 done
 rm -f "$DIR/READY"
-mv "$work/march.wav" "$work/waltz.wav" "$work/march.mid" "$work/waltz.mid" "$work/truth.json" "$DIR/"
+mv "$work/march.wav" "$work/waltz.wav" "$work/jig.wav" "$work/march.mid" "$work/waltz.mid" "$work/jig.mid" "$work/truth.json" "$DIR/"
 { echo "$SET_VERSION"; date -u +%Y-%m-%dT%H:%M:%SZ; } >"$DIR/READY"
 echo "$DIR"

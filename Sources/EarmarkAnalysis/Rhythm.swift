@@ -5,13 +5,14 @@ import Foundation
 /// Beats, bars and tempo of a piece (Music Understanding's rhythm dimension).
 public struct RhythmResult: Codable, Sendable, Equatable {
     public static let kind = "rhythm"
-    public static let version = 3
+    public static let version = 4
 
     /// Beat times in seconds.
     public var beats: [Double]
     /// Bar (downbeat) times in seconds, a subset of `beats`.
     public var bars: [Double]
-    /// Beats per bar the bars were laid out with (3 or 4).
+    /// Beats per bar the bars were laid out with (2, 3 or 4; in compound time a beat is a dotted quarter;
+    /// with a change of time signature, those of most of the piece).
     public var beatsPerBar: Int
     /// Beats per minute over the whole piece: the median of the local tempo (``tempo``) weighted by time,
     /// the least-squares slope of beat time over beat number when the tempo holds; nil with fewer than two beats.
@@ -19,24 +20,33 @@ public struct RhythmResult: Codable, Sendable, Equatable {
     /// The local tempo: stretches in which the beat keeps one tempo, in order, from the first beat to the last
     /// (empty with fewer than two beats, and in analyses stored before version 3).
     public var tempo: [TempoSegment] = []
+    /// The time signature of most of the piece (nil with too few beats to tell, and in analyses stored before version 4).
+    public var timeSignature: TimeSignature? = nil
+    /// The time signature over time: stretches in order, a new one where it changes (empty when
+    /// ``timeSignature`` is nil).
+    public var timeSignatures: [TimeSignatureSegment] = []
     public var duration: Double
     /// Why there are no beats: the file holds no music (see ``MusicPresence``); nil when it does.
     public var reason: NonMusicReason? = nil
 
-    public init(beats: [Double], bars: [Double], beatsPerBar: Int, bpm: Double?, tempo: [TempoSegment] = [], duration: Double,
+    public init(beats: [Double], bars: [Double], beatsPerBar: Int, bpm: Double?, tempo: [TempoSegment] = [],
+                timeSignature: TimeSignature? = nil, timeSignatures: [TimeSignatureSegment] = [], duration: Double,
                 reason: NonMusicReason? = nil) {
         self.beats = beats
         self.bars = bars
         self.beatsPerBar = beatsPerBar
         self.bpm = bpm
         self.tempo = tempo
+        self.timeSignature = timeSignature
+        self.timeSignatures = timeSignatures
         self.duration = duration
         self.reason = reason
     }
 
-    private enum CodingKeys: String, CodingKey { case beats, bars, beatsPerBar, bpm, tempo, duration, reason }
+    private enum CodingKeys: String, CodingKey { case beats, bars, beatsPerBar, bpm, tempo, timeSignature, timeSignatures, duration, reason }
 
-    /// Decodes analyses of every version; those stored before version 3 have no `tempo`.
+    /// Decodes analyses of every version; those stored before version 3 have no `tempo`, before version 4 no
+    /// time signature.
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         beats = try c.decode([Double].self, forKey: .beats)
@@ -44,8 +54,75 @@ public struct RhythmResult: Codable, Sendable, Equatable {
         beatsPerBar = try c.decode(Int.self, forKey: .beatsPerBar)
         bpm = try c.decodeIfPresent(Double.self, forKey: .bpm)
         tempo = try c.decodeIfPresent([TempoSegment].self, forKey: .tempo) ?? []
+        timeSignature = try c.decodeIfPresent(TimeSignature.self, forKey: .timeSignature)
+        timeSignatures = try c.decodeIfPresent([TimeSignatureSegment].self, forKey: .timeSignatures) ?? []
         duration = try c.decode(Double.self, forKey: .duration)
         reason = try c.decodeIfPresent(NonMusicReason.self, forKey: .reason)
+    }
+}
+
+/// A time signature: beats per bar and how the beat divides, written as musicians write it: 2/4, 3/4 and 4/4
+/// have beats of two eighths (2/2: of two quarters), 6/8, 9/8 and 12/8 two, three or four beats of three eighths
+/// (compound time). Encoded as its text, e.g. `"6/8"`.
+public struct TimeSignature: Codable, Sendable, Hashable, CustomStringConvertible {
+    public var numerator: Int
+    public var denominator: Int
+
+    public init(numerator: Int, denominator: Int) {
+        self.numerator = numerator
+        self.denominator = denominator
+    }
+
+    /// The signature of `beatsPerBar` beats that divide in three (`compound`) or two; `cut` makes two simple
+    /// beats 2/2 instead of 2/4.
+    public init(beatsPerBar: Int, compound: Bool, cut: Bool = false) {
+        if compound {
+            self.init(numerator: 3 * beatsPerBar, denominator: 8)
+        } else {
+            self.init(numerator: beatsPerBar, denominator: cut && beatsPerBar == 2 ? 2 : 4)
+        }
+    }
+
+    /// Parses text such as `"6/8"`; nil unless both numbers are positive.
+    public init?(_ text: String) {
+        let parts = text.split(separator: "/")
+        guard parts.count == 2, let n = Int(parts[0].trimmingCharacters(in: .whitespaces)),
+              let d = Int(parts[1].trimmingCharacters(in: .whitespaces)), n > 0, d > 0 else { return nil }
+        self.init(numerator: n, denominator: d)
+    }
+
+    /// Compound time: the beat divides in three (6/8, 9/8, 12/8, 6/16…).
+    public var isCompound: Bool { denominator >= 8 && numerator % 3 == 0 && numerator > 3 }
+    /// Beats per bar: the numerator, a third of it in compound time.
+    public var beatsPerBar: Int { isCompound ? numerator / 3 : numerator }
+    /// `"6/8"`.
+    public var description: String { "\(numerator)/\(denominator)" }
+
+    public init(from decoder: any Decoder) throws {
+        let text = try decoder.singleValueContainer().decode(String.self)
+        guard let t = TimeSignature(text) else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not a time signature: \(text)"))
+        }
+        self = t
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.singleValueContainer()
+        try c.encode(description)
+    }
+}
+
+/// A stretch of a piece in one time signature (see ``RhythmResult/timeSignatures``): from one downbeat to a
+/// later one (the last stretch to the last beat), in seconds.
+public struct TimeSignatureSegment: Codable, Sendable, Equatable {
+    public var start: Double
+    public var end: Double
+    public var timeSignature: TimeSignature
+
+    public init(start: Double, end: Double, timeSignature: TimeSignature) {
+        self.start = start
+        self.end = end
+        self.timeSignature = timeSignature
     }
 }
 
@@ -85,8 +162,10 @@ public struct PaceResult: Codable, Sendable, Equatable {
 /// period from a comb filter over its autocorrelation (four multiples of each period) weighted towards
 /// 130 BPM, beats by dynamic programming over time and tempo that rewards onsets and harmonic changes and
 /// lets the period drift, the metrical level from how many of every other beat carry onsets, a tempo
-/// curve from the beat intervals, and bars by the beat phase with the most harmonic change (chroma before
-/// and after the beat) and low-frequency onset energy. Feed audio with ``append(_:)``, then call ``result(music:)``.
+/// curve from the beat intervals, the time signature (the beat divided in two or three from the onsets between
+/// beats, a compound metre's dotted-quarter beat from the bass accents) and bars by the beat phase with the most
+/// harmonic change (chroma before and after the beat) and low-frequency onset energy. Feed audio with
+/// ``append(_:)``, then call ``result(music:)``.
 public final class BeatTracker {
     static let sampleRate = 11_025.0
     static let fftSize = 1024
@@ -354,14 +433,13 @@ public final class BeatTracker {
         return stride(from: even >= odd ? 0 : 1, to: beats.count, by: 2).map { (beats[$0].frame, 2 * beats[$0].period) }
     }
 
-    /// Beats per bar (4, or 3 when clearly better) and the index of the first downbeat among `frames`:
-    /// each beat scores harmonic change (the cosine distance between the chroma of the one and of the two
-    /// beats before it and after it) plus its low-band onset strength, the three equally weighted after each
-    /// is standardised over the beats (chosen on the even-numbered pieces of tools/music-data.sh's set); the
-    /// phase of the meter whose beats score most above the others' mean wins.
-    static func bars(frames: [Int], low: [Double], chroma: [Float]) -> (meter: Int, phase: Int) {
+    /// Each beat's accent for the bar analysis: harmonic change (the cosine distance between the chroma of the
+    /// one and of the two beats before it and after it) plus its low-band onset strength, the three equally
+    /// weighted after each is standardised over the beats (chosen on the even-numbered pieces of
+    /// tools/music-data.sh's set).
+    static func barAccents(frames: [Int], low: [Double], chroma: [Float]) -> [Double] {
         let count = frames.count, frameCount = chroma.count / 12
-        guard count >= 2 else { return (4, 0) }
+        guard count >= 2 else { return [Double](repeating: 0, count: count) }
         // The unit chroma vector of each beat's span, up to the next beat (the last one as long as the one before).
         var spans: [[Double]] = []
         for i in 0..<count {
@@ -394,22 +472,209 @@ public final class BeatTracker {
             return s
         })
         let one = change(1), two = change(2)
-        let score = (0..<count).map { lowStrength[$0] + one[$0] + two[$0] }
+        return (0..<count).map { lowStrength[$0] + one[$0] + two[$0] }
+    }
+
+    /// For bars of `meter` beats over the accents of `range`: the phase (the index modulo `meter` of the
+    /// downbeats) and the means of the accents at each position of the bar, from the downbeat on.
+    static func barProfile(_ accents: [Double], meter: Int, range: Range<Int>) -> (phase: Int, means: [Double]) {
+        var sums = [Double](repeating: 0, count: meter), counts = [Double](repeating: 0, count: meter)
+        for i in range {
+            sums[i % meter] += accents[i]
+            counts[i % meter] += 1
+        }
+        let means = (0..<meter).map { counts[$0] > 0 ? sums[$0] / counts[$0] : 0 }
+        let phase = means.indices.max { means[$0] < means[$1] }!
+        return (phase, (0..<meter).map { means[(phase + $0) % meter] })
+    }
+
+    /// Beats per bar (4, or 3 when clearly better) and the index of the first downbeat among `frames`:
+    /// the phase of the meter whose beats' accents (``barAccents(frames:low:chroma:)``) score most above the
+    /// others' mean wins.
+    static func bars(frames: [Int], low: [Double], chroma: [Float]) -> (meter: Int, phase: Int) {
+        guard frames.count >= 2 else { return (4, 0) }
+        let accents = barAccents(frames: frames, low: low, chroma: chroma)
+        return bars(accents: accents, range: accents.indices)
+    }
+
+    /// ``bars(frames:low:chroma:)`` on accents already computed, over the beats of `range`.
+    static func bars(accents: [Double], range: Range<Int>) -> (meter: Int, phase: Int) {
         var bestMeter = 4, bestPhase = 0, bestContrast = -Double.infinity
         for meter in [4, 3] {
-            var sums = [Double](repeating: 0, count: meter), counts = [Double](repeating: 0, count: meter)
-            for (i, s) in score.enumerated() {
-                sums[i % meter] += s
-                counts[i % meter] += 1
-            }
-            let means = (0..<meter).map { counts[$0] > 0 ? sums[$0] / counts[$0] : 0 }
-            let phase = means.indices.max { means[$0] < means[$1] }!
-            let others = means.enumerated().filter { $0.offset != phase }.map(\.element)
+            let (phase, means) = barProfile(accents, meter: meter, range: range)
             // Four beats a bar unless three is clearly better.
-            let contrast = (means[phase] - others.reduce(0, +) / Double(max(1, others.count))) / (meter == 3 ? 1.3 : 1)
+            let contrast = (means[0] - means.dropFirst().reduce(0, +) / Double(meter - 1)) / (meter == 3 ? 1.3 : 1)
             if contrast > bestContrast { (bestMeter, bestPhase, bestContrast) = (meter, phase, contrast) }
         }
         return (bestMeter, bestPhase)
+    }
+
+    /// The largest value of `x` within a frame of position `f` (0 outside).
+    static func peak(_ x: [Double], at f: Double) -> Double {
+        let c = Int(f.rounded())
+        var m = 0.0
+        for g in (c - 1)...(c + 1) where g >= 0 && g < x.count { m = max(m, x[g]) }
+        return m
+    }
+
+    /// The mean onset strength at fractions of the beat over the beats of `range`: on the beat, at its half
+    /// and at its first and second third (each the largest value within a frame of the position; the last
+    /// beat, without a next one, is left out).
+    static func subdivisions(frames: [Int], onset: [Double], range: Range<Int>)
+        -> (beat: Double, half: Double, firstThird: Double, secondThird: Double) {
+        var sums = [Double](repeating: 0, count: 4), n = 0.0
+        for i in range where i + 1 < frames.count {
+            let a = Double(frames[i]), l = Double(frames[i + 1] - frames[i])
+            guard l >= 6 else { continue }
+            sums[0] += peak(onset, at: a)
+            sums[1] += peak(onset, at: a + l / 2)
+            sums[2] += peak(onset, at: a + l / 3)
+            sums[3] += peak(onset, at: a + 2 * l / 3)
+            n += 1
+        }
+        guard n > 0 else { return (0, 0, 0, 0) }
+        return (sums[0] / n, sums[1] / n, sums[2] / n, sums[3] / n)
+    }
+
+    /// For accents at a pulse, grouped `size` at a time: the group position (the phase) with the largest mean
+    /// and its lead over the mean of the other positions.
+    static func grouping(_ accents: [Double], size: Int) -> (phase: Int, contrast: Double) {
+        guard accents.count >= 2 * size else { return (0, 0) }
+        var sums = [Double](repeating: 0, count: size), counts = sums
+        for (i, a) in accents.enumerated() {
+            sums[i % size] += a
+            counts[i % size] += 1
+        }
+        let means = (0..<size).map { sums[$0] / counts[$0] }
+        let phase = means.indices.max { means[$0] < means[$1] }!
+        let others = means.enumerated().filter { $0.offset != phase }.map(\.element)
+        return (phase, means[phase] - others.reduce(0, +) / Double(others.count))
+    }
+
+    /// Constants of ``beatDivision(frames:onset:low:)``, chosen on the even half of tools/metre-data.sh's set
+    /// (a grid of settings; see docs/analysis.md): onsets between the beats count when they reach
+    /// `subdivisionFloor` of the onsets on the beats; the beat divides in three when the weaker of its thirds
+    /// reaches `thirdsOverHalf` of its half; pulses group in threes when the bass accents every third pulse
+    /// `groupingOverPairs` times as much as every second (and more than every fourth); a beat without onsets
+    /// between is only regrouped
+    /// from `fastestBeat` beats a minute up.
+    static let subdivisionFloor = 0.2
+    static let thirdsOverHalf = 1.0
+    static let groupingOverPairs = 1.5
+    static let fastestBeat = 155.0
+
+    /// How the tracked beats divide, and the beat of a compound metre: the mean onset at the thirds of
+    /// the beats against their half says whether a beat divides in three (compound: the beats stay) or in
+    /// two; in two, or without onsets between beats when they are fast, the pulse of half-beats (or the beats)
+    /// may be the eighths of a compound metre tracked at the wrong level (6/8 tracked in quarters or in
+    /// eighths): then the low-band onsets accent every third pulse more than every second, and the beat is
+    /// every third pulse from the most accented one. Returns whether the metre is compound and the beat frames.
+    static func beatDivision(frames: [Int], onset: [Double], low: [Double]) -> (compound: Bool, beats: [Int]) {
+        guard frames.count >= 8 else { return (false, frames) }
+        let sub = subdivisions(frames: frames, onset: onset, range: frames.indices)
+        let thirds = min(sub.firstThird, sub.secondThird)
+        let divided = max(sub.half, thirds) >= subdivisionFloor * sub.beat
+        if divided && thirds > thirdsOverHalf * sub.half { return (true, frames) }
+        let perBeat = divided ? 2 : 1
+        let bpm = 60 * frameRate * Double(frames.count - 1) / Double(max(1, frames.last! - frames.first!))
+        guard divided || bpm >= fastestBeat else { return (false, frames) }
+        var pulses: [Double] = []
+        for i in 0..<(frames.count - 1) {
+            for k in 0..<perBeat { pulses.append(Double(frames[i]) + Double(k * (frames[i + 1] - frames[i])) / Double(perBeat)) }
+        }
+        pulses.append(Double(frames.last!))
+        let accents = pulses.map { peak(low, at: $0) }
+        // Threes, not pairs, and not fours either: a syncopated bass in 4/4 (accents on 1, the and of 2, 4)
+        // leans on threes against pairs but repeats every four or eight pulses.
+        let pairs = grouping(accents, size: 2), threes = grouping(accents, size: 3), fours = grouping(accents, size: 4)
+        guard threes.contrast > 0, threes.contrast > groupingOverPairs * max(0, pairs.contrast), threes.contrast > fours.contrast
+        else { return (false, frames) }
+        let beats = stride(from: threes.phase, to: pulses.count, by: 3).map { Int(pulses[$0].rounded()) }
+        return beats.count >= 4 ? (true, beats) : (false, frames)
+    }
+
+    /// A bar of 4 is read as two bars of 2 when its third beat leads its second and fourth by at least
+    /// `duple` times the first beat's lead (chosen on the even half of tools/metre-data.sh's set: lower values
+    /// named 2/4 for many 4/4 pieces; see docs/analysis.md).
+    static let duple = 1.0
+    /// The same in compound time, where 6/8 is far more common than 12/8: a lower bar (0.2, chosen the same way).
+    static let compoundDuple = 0.2
+
+    /// The time signature and bars of beats whose accents (``barAccents(frames:low:chroma:)``) are given:
+    /// bars of 4 or 3 as ``bars(accents:range:)`` lays them, of 2 where the third beat of a 4 is as strong
+    /// as its first (``duple``; ``compoundDuple`` in compound time); `compound` from
+    /// ``beatDivision(frames:onset:low:)``. Returns the signature,
+    /// the beats per bar and the index of the first downbeat.
+    static func metre(accents: [Double], compound: Bool, range: Range<Int>? = nil) -> (signature: TimeSignature, meter: Int, phase: Int) {
+        let range = range ?? accents.indices
+        var (meter, phase) = bars(accents: accents, range: range)
+        if meter == 4, range.count >= 8 {
+            let m = barProfile(accents, meter: 4, range: range).means
+            let weak = (m[1] + m[3]) / 2
+            if m[0] > weak, m[2] - weak >= (compound ? compoundDuple : duple) * (m[0] - weak) {
+                meter = 2
+                phase %= 2
+            }
+        }
+        return (TimeSignature(beatsPerBar: meter, compound: compound), meter, phase)
+    }
+
+    /// Beats a window of ``metreChanges(frames:onset:accents:whole:)`` spans, and its hop.
+    static let metreWindow = 32
+    static let metreHop = 8
+    /// The fewest beats a stretch of one time signature may last (shorter ones join a neighbour).
+    static let metreRun = 64
+
+    /// Where the time signature changes: the signature (``metre(accents:compound:range:)``, the beat divided in
+    /// three when the weaker third of the window's beats reaches ``thirdsOverHalf`` of their half, as for the
+    /// whole piece) of windows of ``metreWindow`` beats every ``metreHop``; each beat takes the signature most
+    /// of the windows over it give, and a stretch shorter than ``metreRun`` beats joins the one before it (the first,
+    /// the one after). Returns the stretches as beat ranges with their signature, bars of `meter` beats from
+    /// `phase` (an index into the beats); one stretch, the whole piece's, when nothing changes or the piece
+    /// is shorter than two windows.
+    static func metreChanges(frames: [Int], onset: [Double], accents: [Double], whole: (signature: TimeSignature, meter: Int, phase: Int))
+        -> [(range: Range<Int>, signature: TimeSignature, meter: Int, phase: Int)] {
+        let n = frames.count
+        guard n >= 2 * metreWindow else { return [(0..<n, whole.signature, whole.meter, whole.phase)] }
+        var votes = [[TimeSignature: Int]](repeating: [:], count: n)
+        var start = 0
+        while start + metreWindow <= n {
+            let range = start..<(start + metreWindow)
+            let sub = subdivisions(frames: frames, onset: onset, range: range)
+            let thirds = min(sub.firstThird, sub.secondThird)
+            let compound = whole.signature.isCompound
+                ? !(sub.half >= subdivisionFloor * sub.beat && thirds <= thirdsOverHalf * sub.half)
+                : (max(sub.half, thirds) >= subdivisionFloor * sub.beat && thirds > thirdsOverHalf * sub.half)
+            let sig = metre(accents: accents, compound: compound, range: range).signature
+            for i in range { votes[i][sig, default: 0] += 1 }
+            start += start + metreWindow == n ? metreWindow : min(metreHop, n - start - metreWindow)
+        }
+        let label = votes.map { v in v.max { $0.value < $1.value || ($0.value == $1.value && $0.key == whole.signature) }?.key ?? whole.signature }
+        // Runs of one signature, the short ones joined to a neighbour.
+        var runs: [(start: Int, end: Int, signature: TimeSignature)] = []
+        for (i, sig) in label.enumerated() {
+            if let last = runs.last, last.signature == sig { runs[runs.count - 1].end = i + 1 } else { runs.append((i, i + 1, sig)) }
+        }
+        var changed = true
+        while changed && runs.count > 1 {
+            changed = false
+            if let k = runs.indices.filter({ runs[$0].end - runs[$0].start < metreRun }).min(by: { runs[$0].end - runs[$0].start < runs[$1].end - runs[$1].start }) {
+                let into = k > 0 ? k - 1 : k + 1
+                runs[into] = (min(runs[into].start, runs[k].start), max(runs[into].end, runs[k].end), runs[into].signature)
+                runs.remove(at: k)
+                var merged: [(start: Int, end: Int, signature: TimeSignature)] = []
+                for r in runs {
+                    if let last = merged.last, last.signature == r.signature { merged[merged.count - 1].end = r.end } else { merged.append(r) }
+                }
+                runs = merged
+                changed = true
+            }
+        }
+        guard runs.count > 1 else { return [(0..<n, whole.signature, whole.meter, whole.phase)] }
+        return runs.map { r in
+            let m = metre(accents: accents, compound: r.signature.isCompound, range: r.start..<r.end)
+            return (r.start..<r.end, r.signature, m.meter, m.phase)
+        }
     }
 
     /// The frames inside `music`'s ranges (nil: all of them, as without `music`).
@@ -438,15 +703,36 @@ public final class BeatTracker {
         let harmonic = BeatTracker.normalized(BeatTracker.harmonicChange(chroma, span: 30))
         let strength = zip(onset, harmonic).map { $0 + 1.5 * $1 }
         let tracked = BeatTracker.metricalLevel(BeatTracker.beats(strength, period: period), strength: strength)
-        let frames = tracked.map(\.frame)
+        let low = BeatTracker.normalized(lowFlux)
+        // The metre: a compound metre tracked at a level of two eighths or of one keeps its dotted-quarter beats.
+        let division = BeatTracker.beatDivision(frames: tracked.map(\.frame), onset: onset, low: low)
+        let frames = division.beats
         let times = frames.map { BeatTracker.time(ofFrame: $0) }
         guard times.count >= 2 else { return nil }
-        let (meter, phase) = BeatTracker.bars(frames: frames, low: BeatTracker.normalized(lowFlux), chroma: chroma)
-        let fileTimes = selection.map { sel in frames.map { BeatTracker.time(ofFrame: sel.frames[$0]) } } ?? times
-        let bars = fileTimes.enumerated().filter { $0.offset % meter == phase }.map(\.element)
+        let accents = BeatTracker.barAccents(frames: frames, low: low, chroma: chroma)
+        let whole = BeatTracker.metre(accents: accents, compound: division.compound)
+        let stretches = BeatTracker.metreChanges(frames: frames, onset: onset, accents: accents, whole: whole)
+        let fileTimes = selection.map { sel in frames.map { BeatTracker.time(ofFrame: sel.frames[min($0, sel.frames.count - 1)]) } } ?? times
+        // Bars start again at each change of time signature.
+        var bars: [Double] = []
+        for s in stretches {
+            bars += s.range.filter { ($0 - s.range.lowerBound) % s.meter == (s.phase - s.range.lowerBound % s.meter + s.meter) % s.meter }
+                .map { fileTimes[$0] }
+        }
         let tempo = BeatTracker.tempoSegments(times).map { TempoSegment(start: fileTimes[$0.first], end: fileTimes[$0.last], bpm: $0.bpm) }
-        return RhythmResult(beats: fileTimes, bars: bars, beatsPerBar: meter, bpm: BeatTracker.overallBPM(tempo), tempo: tempo,
-                            duration: duration)
+        // Too few beats to hear a metre: no time signature.
+        let known = frames.count >= 8
+        // Each stretch from its first downbeat (the first from the first beat) to the next one's start.
+        let starts = stretches.enumerated().map { k, s in
+            k == 0 ? fileTimes[s.range.lowerBound] : (bars.first { $0 >= fileTimes[s.range.lowerBound] } ?? fileTimes[s.range.lowerBound])
+        }
+        let signatures = known ? stretches.indices.map { k in
+            TimeSignatureSegment(start: starts[k], end: k + 1 < starts.count ? starts[k + 1] : fileTimes.last!, timeSignature: stretches[k].signature)
+        } : []
+        // The signature and bar length of most of the piece.
+        let main = stretches.max { $0.range.count < $1.range.count }!
+        return RhythmResult(beats: fileTimes, bars: bars, beatsPerBar: main.meter, bpm: BeatTracker.overallBPM(tempo), tempo: tempo,
+                            timeSignature: known ? main.signature : nil, timeSignatures: signatures, duration: duration)
     }
 
     /// Stretches of one tempo among beats at `times` (first and last beat index, beats per minute): the

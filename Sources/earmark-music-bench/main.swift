@@ -114,15 +114,19 @@ if let beatManifest = try? String(contentsOfFile: beatManifestPath, encoding: .u
     // Per half (even- and odd-numbered rows of the manifest): F, downbeat F, Acc1, Acc2, pieces.
     var halves = [[Double]](repeating: [0, 0, 0, 0, 0], count: 2)
     var seconds = 0.0, cpuUsed = 0.0
+    let splitColumn = head.firstIndex(of: "split"), setColumn = head.firstIndex(of: "set")
+    // Time signature per group ("SET HALF"): pieces right, summed share of the time right, pieces.
+    var metre: [String: [Double]] = [:], confusion: [String: Int] = [:]
     for (index, row) in rows.dropFirst().prefix(limit).enumerated() {
         let f = row.split(separator: "\t", omittingEmptySubsequences: false).map(String.init)
         guard let truthBPM = Double(f[tc]), let text = try? String(contentsOfFile: f[bc], encoding: .utf8) else { continue }
-        var beats: [Double] = [], downbeats: [Double] = []
+        var beats: [Double] = [], downbeats: [Double] = [], signatures: [TimeSignature?] = []
         for line in text.split(separator: "\n") {
             let parts = line.split(separator: "\t")
             guard let t = Double(parts[0]) else { continue }
             beats.append(t)
             if parts.count > 1, parts[1] == "1" { downbeats.append(t) }
+            signatures.append(parts.count > 2 ? TimeSignature(String(parts[2])) : nil)
         }
         let t0 = cpuSeconds()
         let reader = try MultichannelFileReader(path: f[pc])
@@ -150,10 +154,43 @@ if let beatManifest = try? String(contentsOfFile: beatManifestPath, encoding: .u
         }
         acc1 += Int(one)
         acc2 += Int(two)
-        for (k, v) in [fm, dm, one, two, 1].enumerated() { halves[index % 2][k] += v }
+        // The half: the manifest's split column when there is one, else the row's parity.
+        let half = splitColumn.map { f[$0] == "odd" ? 1 : 0 } ?? index % 2
+        for (k, v) in [fm, dm, one, two, 1].enumerated() { halves[half][k] += v }
+        // Time signature, when the truth has one per beat: right when the beats per bar and the
+        // subdivision (simple or compound) agree. Per piece: the signature of most of its beats against
+        // the reported one; over time: the share of the truth's beat intervals whose reported stretch agrees.
+        var signatureLine = ""
+        if let first = signatures.first, first != nil {
+            func same(_ a: TimeSignature?, _ b: TimeSignature?) -> Bool {
+                guard let a, let b else { return false }
+                return a.numerator == b.numerator && a.isCompound == b.isCompound
+            }
+            var counts: [TimeSignature: Int] = [:]
+            for s in signatures.compactMap({ $0 }) { counts[s, default: 0] += 1 }
+            let main = counts.max { $0.value < $1.value || ($0.value == $1.value && $0.key.description > $1.key.description) }!.key
+            let right = same(main, r?.timeSignature)
+            var agree = 0, intervals = 0
+            for i in 0..<(beats.count - 1) {
+                let mid = (beats[i] + beats[i + 1]) / 2
+                intervals += 1
+                let found = r?.timeSignatures.first { $0.start <= mid && mid < $0.end }?.timeSignature
+                    ?? (mid < (r?.timeSignatures.first?.start ?? 0) ? r?.timeSignatures.first?.timeSignature : r?.timeSignatures.last?.timeSignature)
+                if same(signatures[i], found) { agree += 1 }
+            }
+            let share = Double(agree) / Double(max(1, intervals))
+            let group = (setColumn.map { f[$0] } ?? "all") + " " + (half == 0 ? "even" : "odd")
+            metre[group, default: [0, 0, 0]][0] += right ? 1 : 0
+            metre[group, default: [0, 0, 0]][1] += share
+            metre[group, default: [0, 0, 0]][2] += 1
+            let truthText = counts.count > 1 ? Array(Set(signatures.compactMap { $0?.description })).sorted().joined(separator: ",") : main.description
+            confusion["\(truthText) -> \(r?.timeSignatures.map(\.timeSignature.description).joined(separator: ",") ?? "none")", default: 0] += 1
+            signatureLine = String(format: ", time signature %@ (truth %@, %.0f %% of the time right)",
+                                   r?.timeSignatures.map { "\($0.timeSignature)" }.joined(separator: ",") ?? "none", truthText, 100 * share)
+        }
         if verbose {
-            print(String(format: "  %@: F %.2f, downbeat F %.2f, bpm %.1f (truth %.1f), %d a bar", (f[pc] as NSString).lastPathComponent, fm, dm,
-                         r?.bpm ?? 0, truthBPM, r?.beatsPerBar ?? 0))
+            print(String(format: "  %@: F %.2f, downbeat F %.2f, bpm %.1f (truth %.1f), %d a bar%@", (f[pc] as NSString).lastPathComponent, fm, dm,
+                         r?.bpm ?? 0, truthBPM, r?.beatsPerBar ?? 0, signatureLine))
         }
     }
     let p = Double(max(1, pieces))
@@ -163,6 +200,15 @@ if let beatManifest = try? String(contentsOfFile: beatManifestPath, encoding: .u
                  headF / p, tailF / p, 100 * Double(curveHits) / Double(max(1, curveIntervals))))
     for (name, h) in zip(["even", "odd"], halves) where h[4] > 0 {
         print(String(format: "  %@ half (%.0f pieces): F %.3f; downbeat F %.3f; Acc1 %.3f, Acc2 %.3f", name, h[4], h[0] / h[4], h[1] / h[4], h[2] / h[4], h[3] / h[4]))
+    }
+    if !metre.isEmpty {
+        let all = metre.values.reduce([0.0, 0, 0]) { [$0[0] + $1[0], $0[1] + $1[1], $0[2] + $1[2]] }
+        print(String(format: "time signature (beats a bar and simple/compound) right on %.1f %% of %.0f pieces (the main one); %.1f %% of the time",
+                     100 * all[0] / all[2], all[2], 100 * all[1] / all[2]))
+        for (group, v) in metre.sorted(by: { $0.key < $1.key }) {
+            print(String(format: "  %@ (%.0f pieces): %.1f %% of the pieces, %.1f %% of the time", group, v[2], 100 * v[0] / v[2], 100 * v[1] / v[2]))
+        }
+        print("  truth -> found (pieces): " + confusion.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: "; "))
     }
     print(String(format: "speed: beat tracking %.0f × real-time on one core (decoding included)", seconds / max(cpuUsed, 1e-9)))
 }

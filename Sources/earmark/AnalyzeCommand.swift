@@ -52,7 +52,7 @@ struct AnalyzeCommand: AsyncParsableCommand {
         --json: one object {path, loudness: {integrated, range, truePeak, samplePeak, maximumMomentary, \
         maximumShortTerm, momentary: [{start, end, value}], shortTerm: [{start, end, value}], duration, \
         sampleRate, channels}, key: {tonic, mode, strength, margin, ranges: [{start, end, tonic, mode}], \
-        duration}, rhythm: {beats, bars, beatsPerBar, bpm, tempo: [{start, end, bpm}], duration}, structure: {sections: [{start, end, \
+        duration}, rhythm: {beats, bars, beatsPerBar, bpm, tempo: [{start, end, bpm}], timeSignature, timeSignatures: [{start, end, timeSignature}], duration}, structure: {sections: [{start, end, \
         label}], segments, phrases, duration}, pace: {overall, values: [{start, end, value}], duration}, instruments: {model, method, duration, families: [{family, activeRanges: [{start, end}], \
         activity: [{start, end, value}]}]}, music: {ranges: [{start, end}], reason, method, duration}, error} per file; \
         an array for several files. Without music, rhythm, structure and pace are empty and carry a reason; key is null.
@@ -229,6 +229,11 @@ struct AnalysisReport: Encodable {
         if let r = rhythm {
             if let r, let bpm = r.bpm {
                 var text = String(format: "  rhythm %.1f BPM, %d beats, %d bars of %d", bpm, r.beats.count, r.bars.count, r.beatsPerBar)
+                if let signature = r.timeSignature {
+                    text += r.timeSignatures.count > 1
+                        ? ", time " + r.timeSignatures.map { "\(formatDuration($0.start)) \($0.timeSignature)" }.joined(separator: ", ")
+                        : ", time \(signature)"
+                }
                 if r.tempo.count > 1 {
                     text += "; tempo " + r.tempo.map { "\(formatDuration($0.start)) " + String(format: "%.0f", $0.bpm) }.joined(separator: ", ")
                 }

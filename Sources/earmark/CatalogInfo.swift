@@ -77,7 +77,8 @@ struct CatalogInfoCommand: AsyncParsableCommand {
                     guard let r = try? JSONDecoder().decode(RhythmResult.self, from: a.json) else { continue }
                     if let reason = r.reason { print(pad("rhythm:", 11) + " none (\(reason.rawValue))") }
                     guard let bpm = r.bpm else { continue }
-                    print(pad("rhythm:", 11) + String(format: " %.1f BPM, %d beats a bar", bpm, r.beatsPerBar))
+                    print(pad("rhythm:", 11) + String(format: " %.1f BPM, %d beats a bar", bpm, r.beatsPerBar)
+                          + (r.timeSignature.map { ", time \($0)" } ?? ""))
                 }
                 for a in analyses where a.kind == StructureResult.kind {
                     guard let st = try? JSONDecoder().decode(StructureResult.self, from: a.json) else { continue }

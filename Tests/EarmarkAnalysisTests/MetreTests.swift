@@ -1,0 +1,89 @@
+import EarmarkAnalysis
+import EarmarkTestSupport
+import Foundation
+import Testing
+
+/// The folder of the pieces tools/test-renders.sh writes note by note and renders with FluidSynth.
+private func renders() throws -> URL {
+    let script = TestPaths.repositoryRoot.appendingPathComponent("tools/test-renders.sh").path
+    let run = try Run.process("/bin/bash", [script], timeout: 1200)
+    let dirLine = try #require(run.stdoutText.split(separator: "\n").last, "\(run)")
+    return URL(fileURLWithPath: String(dirLine).trimmingCharacters(in: .whitespaces))
+}
+
+private func rhythm(_ samples: [Float], rate: Double = 44_100) throws -> RhythmResult? {
+    let tracker = try BeatTracker(inputRate: rate)
+    var i = 0
+    while i < samples.count {
+        tracker.append(Array(samples[i..<min(samples.count, i + 8_192)]))
+        i += 8_192
+    }
+    return tracker.result()
+}
+
+@Suite("Metre: time signature")
+struct MetreTests {
+    @Test("rendered pieces get their own time signature: the jig 6/8 (beats at the dotted quarter), the march 4/4, the waltz 3/4",
+          arguments: ["jig", "march", "waltz"])
+    func rendered(piece: String) throws {
+        let dir = try renders()
+        struct Truth: Decodable { var bpm: Double; var beatsPerBar: Int; var timeSignature: String }
+        let truth = try #require(try JSONDecoder().decode([String: Truth].self, from: Data(contentsOf: dir.appendingPathComponent("truth.json")))[piece])
+        let r = try #require(try rhythm(Fixtures.decode(dir.appendingPathComponent("\(piece).wav"))))
+        let signature = try #require(r.timeSignature, "no time signature for \(piece)")
+        #expect(signature.description == truth.timeSignature, "\(piece): \(signature), bars of \(r.beatsPerBar), \(r.bpm ?? 0) BPM")
+        #expect(r.timeSignatures.count == 1 && r.timeSignatures.first?.timeSignature == signature)
+        #expect(r.beatsPerBar == truth.beatsPerBar)
+        // The beat is the signature's: in 6/8 the dotted quarter, not the eighth nor two eighths.
+        let bpm = try #require(r.bpm)
+        #expect(abs(bpm / truth.bpm - 1) < 0.03, "\(piece): \(bpm) BPM, truth \(truth.bpm)")
+    }
+
+    @Test("the rendered march followed by the waltz: 4/4, then 3/4 from within 2 s of the join, bars of three after it")
+    func change() throws {
+        let dir = try renders()
+        let march = try Fixtures.decode(dir.appendingPathComponent("march.wav"))
+        let waltz = try Fixtures.decode(dir.appendingPathComponent("waltz.wav"))
+        let join = Double(march.count) / 44_100
+        let r = try #require(try rhythm(march + waltz))
+        let stretches = r.timeSignatures.map { "\($0.start)-\($0.end) \($0.timeSignature)" }
+        try #require(r.timeSignatures.count == 2, "\(stretches)")
+        #expect(r.timeSignatures[0].timeSignature.description == "4/4" && r.timeSignatures[1].timeSignature.description == "3/4", "\(stretches)")
+        #expect(abs(r.timeSignatures[1].start - join) < 2 && r.timeSignatures[0].end == r.timeSignatures[1].start, "\(stretches), join \(join)")
+        // Bars of three after the change: downbeats 3 beats apart.
+        let after = r.beats.filter { $0 > join + 2 }, bars = r.bars.filter { $0 > join + 2 }
+        #expect(bars.count >= 15 && abs(Double(after.count) / Double(bars.count) - 3) < 0.2, "\(after.count) beats, \(bars.count) bars")
+    }
+
+    @Test("silence and a few clicks have no time signature")
+    func none() throws {
+        let silent = try rhythm([Float](repeating: 0, count: 44_100 * 20))
+        #expect(silent?.timeSignature == nil && (silent?.timeSignatures.isEmpty ?? true))
+        var clicks = [Float](repeating: 0, count: 44_100 * 3)
+        for k in 0..<4 { for n in 0..<200 { clicks[k * 22_050 + 4_410 + n] = Float(sin(Double(n) * 0.3)) * 0.5 } }
+        let few = try rhythm(clicks)
+        #expect(few?.timeSignature == nil, "\(String(describing: few?.timeSignature)) from \(few?.beats.count ?? 0) beats")
+    }
+
+    @Test("time signatures read and write as text; analyses stored before version 4 decode without one")
+    func codable() throws {
+        #expect(TimeSignature("6/8") == TimeSignature(numerator: 6, denominator: 8))
+        #expect(TimeSignature("6/8")?.isCompound == true && TimeSignature("6/8")?.beatsPerBar == 2)
+        #expect(TimeSignature("12/8")?.beatsPerBar == 4 && TimeSignature("3/8")?.isCompound == false)
+        #expect(TimeSignature(beatsPerBar: 3, compound: true).description == "9/8")
+        #expect(TimeSignature(beatsPerBar: 2, compound: false, cut: true).description == "2/2")
+        #expect(TimeSignature("x/4") == nil && TimeSignature("4/0") == nil && TimeSignature("4") == nil)
+        let old = #"{"beats":[0.5,1,1.5],"bars":[0.5],"beatsPerBar":4,"bpm":120,"tempo":[],"duration":2}"#
+        let r = try JSONDecoder().decode(RhythmResult.self, from: Data(old.utf8))
+        #expect(r.timeSignature == nil && r.timeSignatures.isEmpty)
+        var new = r
+        new.timeSignature = TimeSignature(numerator: 6, denominator: 8)
+        new.timeSignatures = [TimeSignatureSegment(start: 0.5, end: 1.5, timeSignature: TimeSignature(numerator: 6, denominator: 8))]
+        let data = try JSONEncoder().encode(new)
+        #expect(String(decoding: data, as: UTF8.self).contains(#""timeSignature":"6\/8""#))
+        #expect(try JSONDecoder().decode(RhythmResult.self, from: data) == new)
+        #expect(throws: DecodingError.self) {
+            try JSONDecoder().decode(RhythmResult.self, from: Data(#"{"beats":[],"bars":[],"beatsPerBar":4,"timeSignature":"six","duration":2}"#.utf8))
+        }
+    }
+}
