@@ -11,15 +11,6 @@ private func renders() throws -> URL {
     return URL(fileURLWithPath: String(dirLine).trimmingCharacters(in: .whitespaces))
 }
 
-private func rhythm(_ samples: [Float], rate: Double = 44_100) throws -> RhythmResult? {
-    let tracker = try BeatTracker(inputRate: rate)
-    var i = 0
-    while i < samples.count {
-        tracker.append(Array(samples[i..<min(samples.count, i + 8_192)]))
-        i += 8_192
-    }
-    return tracker.result()
-}
 
 @Suite("Metre: time signature")
 struct MetreTests {
@@ -29,7 +20,7 @@ struct MetreTests {
         let dir = try renders()
         struct Truth: Decodable { var bpm: Double; var beatsPerBar: Int; var timeSignature: String }
         let truth = try #require(try JSONDecoder().decode([String: Truth].self, from: Data(contentsOf: dir.appendingPathComponent("truth.json")))[piece])
-        let r = try #require(try rhythm(Fixtures.decode(dir.appendingPathComponent("\(piece).wav"))))
+        let r = try #require(try trackedRhythm(Fixtures.decode(dir.appendingPathComponent("\(piece).wav"))))
         let signature = try #require(r.timeSignature, "no time signature for \(piece)")
         #expect(signature.description == truth.timeSignature, "\(piece): \(signature), bars of \(r.beatsPerBar), \(r.bpm ?? 0) BPM")
         #expect(r.timeSignatures.count == 1 && r.timeSignatures.first?.timeSignature == signature)
@@ -45,7 +36,7 @@ struct MetreTests {
         let march = try Fixtures.decode(dir.appendingPathComponent("march.wav"))
         let waltz = try Fixtures.decode(dir.appendingPathComponent("waltz.wav"))
         let join = Double(march.count) / 44_100
-        let r = try #require(try rhythm(march + waltz))
+        let r = try #require(try trackedRhythm(march + waltz))
         let stretches = r.timeSignatures.map { "\($0.start)-\($0.end) \($0.timeSignature)" }
         try #require(r.timeSignatures.count == 2, "\(stretches)")
         #expect(r.timeSignatures[0].timeSignature.description == "4/4" && r.timeSignatures[1].timeSignature.description == "3/4", "\(stretches)")
@@ -57,11 +48,11 @@ struct MetreTests {
 
     @Test("silence and a few clicks have no time signature")
     func none() throws {
-        let silent = try rhythm([Float](repeating: 0, count: 44_100 * 20))
+        let silent = try trackedRhythm([Float](repeating: 0, count: 44_100 * 20))
         #expect(silent?.timeSignature == nil && (silent?.timeSignatures.isEmpty ?? true))
         var clicks = [Float](repeating: 0, count: 44_100 * 3)
         for k in 0..<4 { for n in 0..<200 { clicks[k * 22_050 + 4_410 + n] = Float(sin(Double(n) * 0.3)) * 0.5 } }
-        let few = try rhythm(clicks)
+        let few = try trackedRhythm(clicks)
         #expect(few?.timeSignature == nil, "\(String(describing: few?.timeSignature)) from \(few?.beats.count ?? 0) beats")
     }
 

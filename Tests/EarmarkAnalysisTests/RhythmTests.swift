@@ -26,8 +26,9 @@ private func pattern(bpm: Double, beatsPerBar: Int, seconds: Double, start: Doub
     return (out, beats)
 }
 
-private func rhythm(_ samples: [Float]) throws -> RhythmResult? {
-    let tracker = try BeatTracker(inputRate: 44_100)
+/// The rhythm of `samples` at `rate`, fed to a ``BeatTracker`` in 8,192-sample buffers as a stream would.
+func trackedRhythm(_ samples: [Float], rate: Double = 44_100) throws -> RhythmResult? {
+    let tracker = try BeatTracker(inputRate: rate)
     var i = 0
     while i < samples.count {
         tracker.append(Array(samples[i..<min(samples.count, i + 8_192)]))
@@ -42,7 +43,7 @@ struct RhythmTests {
     func fourFour() throws {
         for bpm in [100.0, 128.0, 87.0] {
             let (audio, truth) = pattern(bpm: bpm, beatsPerBar: 4, seconds: 30)
-            let r = try #require(try rhythm(audio))
+            let r = try #require(try trackedRhythm(audio))
             #expect(abs((r.bpm ?? 0) - bpm) < 1, "\(bpm): \(String(describing: r.bpm))")
             #expect(BeatTracker.fMeasure(estimated: r.beats, reference: truth, tolerance: 0.03) >= 0.9, "\(bpm): \(r.beats.prefix(3)) vs \(truth.prefix(3))")
             #expect(r.beatsPerBar == 4)
@@ -54,7 +55,7 @@ struct RhythmTests {
     @Test("a waltz is laid out in bars of three")
     func waltz() throws {
         let (audio, truth) = pattern(bpm: 150, beatsPerBar: 3, seconds: 30)
-        let r = try #require(try rhythm(audio))
+        let r = try #require(try trackedRhythm(audio))
         #expect(r.beatsPerBar == 3)
         #expect(BeatTracker.fMeasure(estimated: r.beats, reference: truth) >= 0.9)
         #expect(abs((r.bpm ?? 0) - 150) < 1, "\(String(describing: r.bpm))")
@@ -88,7 +89,7 @@ struct RhythmTests {
             t += 60 / bpm
             i += 1
         }
-        let r = try #require(try rhythm(out))
+        let r = try #require(try trackedRhythm(out))
         #expect(abs((r.bpm ?? 0) - bpm) < 1, "\(String(describing: r.bpm))")
         #expect(r.beatsPerBar == 4)
         let downbeats = stride(from: 1, to: beats.count, by: 4).map { beats[$0] }
@@ -115,9 +116,9 @@ struct RhythmTests {
 
     @Test("silence and a 0.5-s file have no rhythm; noise does not crash")
     func badInput() throws {
-        #expect(try rhythm([Float](repeating: 0, count: 44_100 * 10)) == nil)
-        #expect(try rhythm(Signal.sine(frequency: 440, sampleRate: 44_100, seconds: 0.5)) == nil)
-        _ = try rhythm(Signal.whiteNoise(count: 44_100 * 10, rms: 0.1, seed: 9))
+        #expect(try trackedRhythm([Float](repeating: 0, count: 44_100 * 10)) == nil)
+        #expect(try trackedRhythm(Signal.sine(frequency: 440, sampleRate: 44_100, seconds: 0.5)) == nil)
+        _ = try trackedRhythm(Signal.whiteNoise(count: 44_100 * 10, rms: 0.1, seed: 9))
     }
 }
 

@@ -30,15 +30,6 @@ private func beatTimes(seconds: Double, bpm: (Double) -> Double) -> [Double] {
     return out
 }
 
-private func track(_ samples: [Float], rate: Double = 44_100) throws -> RhythmResult? {
-    let tracker = try BeatTracker(inputRate: rate)
-    var i = 0
-    while i < samples.count {
-        tracker.append(Array(samples[i..<min(samples.count, i + 8_192)]))
-        i += 8_192
-    }
-    return tracker.result()
-}
 
 /// The tempo the curve gives at `time` (nil outside it).
 private func curve(_ r: RhythmResult, at time: Double) -> Double? {
@@ -57,7 +48,7 @@ struct TempoTests {
         for (from, to) in [(90.0, 125.0), (130.0, 95.0)] {
             let seconds = 64.0
             let truth = beatTimes(seconds: seconds) { from + (to - from) * min(1, $0 / 60) }
-            let r = try #require(try track(clicks(at: truth, seconds: seconds)))
+            let r = try #require(try trackedRhythm(clicks(at: truth, seconds: seconds)))
             // The first seconds may be tracked at another level before the path settles (identical clicks
             // give the harmonic-change term nothing but noise).
             let missed = allFound(r.beats, truth.filter { $0 >= 8 && $0 < seconds - 3 })
@@ -77,7 +68,7 @@ struct TempoTests {
     @Test("a steady click track has one stretch of tempo, and its bpm is that of the beats")
     func steady() throws {
         let truth = beatTimes(seconds: 40) { _ in 112 }
-        let r = try #require(try track(clicks(at: truth, seconds: 40)))
+        let r = try #require(try trackedRhythm(clicks(at: truth, seconds: 40)))
         #expect(r.tempo.count == 1, "\(r.tempo)")
         #expect(abs((r.bpm ?? 0) - 112) < 1, "\(String(describing: r.bpm))")
     }
@@ -85,7 +76,7 @@ struct TempoTests {
     @Test("a tempo change from 100 to 125 BPM at 30 s (a medley's join) is followed")
     func step() throws {
         let truth = beatTimes(seconds: 60) { $0 < 30 ? 100 : 125 }
-        let r = try #require(try track(clicks(at: truth, seconds: 60)))
+        let r = try #require(try trackedRhythm(clicks(at: truth, seconds: 60)))
         #expect(BeatTracker.fMeasure(estimated: r.beats, reference: truth) >= 0.9)
         #expect(abs((curve(r, at: 15) ?? 0) - 100) < 3 && abs((curve(r, at: 45) ?? 0) - 125) < 4,
                 "\(r.tempo.map { String(format: "%.1f-%.1f %.1f", $0.start, $0.end, $0.bpm) })")
@@ -112,7 +103,7 @@ struct TempoTests {
             if i % 2 == 0 { note(t + 0.5, pitches[(i + 3) % pitches.count], length: 0.5) }
             i += 1
         }
-        let r = try #require(try track(out))
+        let r = try #require(try trackedRhythm(out))
         #expect(abs((r.bpm ?? 0) / bpm - 1) < 0.03, "\(String(describing: r.bpm))")
         #expect(BeatTracker.fMeasure(estimated: r.beats, reference: truth) >= 0.9)
     }
@@ -158,7 +149,7 @@ struct TempoTests {
             return lo < positions.count ? Double(lo) / rate : nil
         }
         let reference = (0..<truth.beats).compactMap { warped(Double($0) * truth.beatPeriod) }
-        let r = try #require(try track(out))
+        let r = try #require(try trackedRhythm(out))
         let cut = 0.6 * Double(out.count) / rate
         let tail = reference.filter { $0 >= cut }
         let tailF = BeatTracker.fMeasure(estimated: r.beats.filter { $0 >= cut }, reference: tail)
