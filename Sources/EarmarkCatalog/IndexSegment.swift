@@ -246,8 +246,10 @@ final class IndexSegment {
         let directoryAhead = 16, bucketAhead = 8
         for j in order.indices {
             if j + directoryAhead < order.count { earmark_prefetch(directory + bucket(j + directoryAhead) * 8) }
-            // Only through an entry already mapped: reading it would map its window uncounted.
-            if j + bucketAhead < order.count, isMapped(IndexSegment.headerBytes + bucket(j + bucketAhead) * 8) {
+            // Only through an entry already mapped (both its words: the second can open the next window), since
+            // reading it would map its window uncounted.
+            if j + bucketAhead < order.count, isMapped(IndexSegment.headerBytes + bucket(j + bucketAhead) * 8),
+               isMapped(IndexSegment.headerBytes + bucket(j + bucketAhead) * 8 + 15) {
                 // The whole bucket (a few cache lines): its binary search's first probes land in the middle.
                 let entry = bucket(j + bucketAhead) * 8
                 let lo = UInt64(littleEndian: directory.loadUnaligned(fromByteOffset: entry, as: UInt64.self))
