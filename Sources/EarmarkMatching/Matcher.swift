@@ -72,8 +72,14 @@ public struct MatchOptions: Sendable, Equatable {
     /// The extra searches (the deep pass and the skew search) do not look up hashes with more than this many
     /// times the index's mean postings per hash (see ``Catalog/lookup(hashes:commonHashes:_:)``): in a large
     /// catalog they are half of a search's hits and a small part of a match's. nil: every hash. Default 16;
-    /// the first search always looks up every hash.
+    /// the first searches look up every hash unless ``firstCommonHashes`` says otherwise.
     public var commonHashes: Double? = 16
+    /// ``commonHashes`` for the first searches (the quick one and the search as is). nil: every hash (the default,
+    /// but 16 for triplet keys, ``defaults(for:)``). A triplet key with more than 64 postings (the index's floor for
+    /// a common key) is one that many tracks share and a match seldom needs: at 10,000 h the first search of a clip
+    /// that is not in the catalog read a median of 630,000 postings without this, as many as its 84 skew trials
+    /// together, and the same 180 clips got the same answers with it (one more found), at 40 % less CPU.
+    public var firstCommonHashes: Double? = nil
     /// Aligned distinct hashes a skew trial's candidate needs before its peaks are verified (and to be accepted), in
     /// clips of up to 5 s; a longer clip needs ``supportingHits`` × its duration / 10 s (at most ``supportingHits``),
     /// since chance aligns hashes in proportion to a clip's landmarks. nil: ``supportingHits`` whatever the length;
@@ -112,7 +118,8 @@ public struct MatchOptions: Sendable, Equatable {
     /// aligned triplets in clips of up to 5 s (``skewMinimumHits``; 5 decades more while under 6); there is no
     /// deep pass; and a quick first search pairs each anchor of rank below 24 with its 3 strongest targets
     /// (``quickFanout``: 3 triplets an anchor, as the reference has, against 66 in the full search), whose
-    /// decisive answers end the search (at 10,000 h the same answers on 180 clips, the matched median 5 × lower).
+    /// decisive answers end the search (at 10,000 h the same answers on 180 clips, the matched median 5 × lower);
+    /// and the first searches skip common keys too (``firstCommonHashes``).
     /// Experimental: tuned on the 6.5-h public benchmark (`earmark-bench --landmarks triplets`), where 12, 8, 6
     /// and 4 skew targets found the same clips (4 in a fifth of the time), the deep pass, with 16, 10 or 6 targets,
     /// found none that the first search missed, and 3 skew hits found 46 more of 1,119 noisy, pitch- and
@@ -127,6 +134,7 @@ public struct MatchOptions: Sendable, Equatable {
             o.skewMinimumHits = 3
             o.deepPass = false
             o.quickFanout = 3
+            o.firstCommonHashes = 16
         }
         return o
     }
@@ -149,7 +157,8 @@ extension MatchOptions {
     public static let overridable = ["explainedShare", "candidates", "candidateHits", "minimumHits", "supportingHits",
                                      "commonHashes", "skewRankLimit", "skewFanout", "catalogTracksAllowed",
                                      "minimumSignificance", "deepPass", "skewMinimumHits",
-                                     "unsupportedSkewMargin", "skewTrials", "quickFanout", "quickRankLimit"]
+                                     "unsupportedSkewMargin", "skewTrials", "quickFanout", "quickRankLimit",
+                                     "firstCommonHashes"]
 
     /// Sets one field from `NAME=VALUE` (a name of ``overridable``; counts ≥ 1, shares 0…1, `commonHashes=0`
     /// for none, `deepPass=0|1`, `quickFanout=0` for no quick stage, `skewTrials=N` the grid's N nearest skews).
@@ -165,6 +174,7 @@ extension MatchOptions {
         case "minimumHits" where count >= 1: minimumHits = count
         case "supportingHits" where count >= 1: supportingHits = count
         case "commonHashes" where value >= 0: commonHashes = value > 0 ? value : nil
+        case "firstCommonHashes" where value >= 0: firstCommonHashes = value > 0 ? value : nil
         case "skewRankLimit" where count >= 1: skewRankLimit = count
         case "skewFanout" where count >= 1: skewFanout = count
         case "catalogTracksAllowed" where count >= 1: catalogTracksAllowed = count
@@ -303,6 +313,8 @@ public final class Matcher {
     private var peakCache: [Int64: PeakIndex] = [:]
     /// Postings of the hashes the current query's extra searches looked up (see ``lookup(_:common:_:)``).
     private var postingMemo = PostingMemo()
+    /// Hits per track slot of one search (see ``Hit/dropSparseTracks(_:floor:counts:)``), kept zeroed between searches.
+    private var trackCounts = [UInt8](repeating: 0, count: 1 << 18)
 
     /// - Parameter options: nil: ``MatchOptions/defaults(for:)`` of the catalog's landmark design.
     public init(catalog: Catalog, options: MatchOptions? = nil) {
@@ -494,8 +506,8 @@ public final class Matcher {
         var frames: [UInt32] = []
     }
 
-    /// ``Catalog/lookup(hashes:commonHashes:_:)``, through the query's memo for the extra searches (those with a
-    /// `common` limit; the first search is looked up once anyway). The postings of each hash come in the order
+    /// ``Catalog/lookup(hashes:commonHashes:_:)``, through the query's memo for the searches with a `common` limit
+    /// (the extra searches; for triplet keys the first searches too). The postings of each hash come in the order
     /// the catalog gives them, so the hits, and so the matches, are the same as without the memo.
     private func lookup(_ hashes: [UInt32], common: Double?, _ body: (Int, Int64, UInt32) -> Void) throws {
         guard let common else { return try catalog.lookup(hashes: hashes, commonHashes: nil, body) }
@@ -540,7 +552,7 @@ public final class Matcher {
     private func matchOnce(_ signature: Signature, trials: Int, catalogTracks: Int, minimumHits: Int? = nil,
                            role: LandmarkRole = .query, skewed: Bool = false,
                            shape: (rankLimit: Int, fanout: Int)? = nil) throws -> MatchResult {
-        let common = skewed || role == .deepQuery ? options.commonHashes : nil
+        let common = skewed || role == .deepQuery ? options.commonHashes : options.firstCommonHashes
         let landmarks = if let shape = shape ?? (skewed ? (options.skewRankLimit, options.skewFanout) : nil) {
             Landmarks.extract(from: signature, rankLimit: shape.rankLimit, fanout: shape.fanout, configuration: configuration)
         } else {
@@ -567,13 +579,14 @@ public final class Matcher {
                 i += 1
             }
         }
+        // A track with fewer hits than a candidate needs aligned cannot be one: with triplet keys, or in a
+        // large catalog, most tracks hold a hit or two, and sorting and scoring them was most of a search.
+        let candidateFloor = options.candidateHits
+        Hit.dropSparseTracks(&hits, floor: candidateFloor, counts: &trackCounts)
         Hit.sort(&hits)
 
         let fd = configuration.frameDuration
         var perTrack: [TrackScore] = []
-        // A track with fewer hits than a candidate needs aligned cannot be one: with triplet keys, or in a
-        // large catalog, most tracks hold a hit or two, and scoring their cells was most of a search.
-        let candidateFloor = options.candidateHits
         var i = 0
         while i < hits.count {
             let track = hits[i].track
@@ -934,6 +947,30 @@ struct Hit {
             }
         }
         if inOther { swap(&hits, &other) }
+    }
+    /// Removes the hits of tracks with fewer than `floor` hits, keeping the others in order. Tracks are counted in
+    /// `counts` (a power-of-two count of slots, all zero, and zero again on return) by their id's low bits: tracks
+    /// that share a slot add up, so a sparse track may stay, but a track with `floor` hits or more always does.
+    static func dropSparseTracks(_ hits: inout [Hit], floor: Int, counts: inout [UInt8]) {
+        guard floor > 1, floor < 256, hits.count >= floor else { return }
+        let mask = UInt64(counts.count - 1)
+        precondition(counts.count & Int(mask) == 0)
+        var kept = 0
+        counts.withUnsafeMutableBufferPointer { c in
+            hits.withUnsafeMutableBufferPointer { a in
+                for h in a {
+                    let s = Int(truncatingIfNeeded: (h.key >> 32) & mask)
+                    if c[s] < 255 { c[s] += 1 }
+                }
+                for i in a.indices where Int(c[Int(truncatingIfNeeded: (a[i].key >> 32) & mask)]) >= floor {
+                    a[kept] = a[i]
+                    kept += 1
+                }
+            }
+            // The dropped hits are overwritten by now, so their slots cannot be found again: clear them all.
+            c.update(repeating: 0)
+        }
+        hits.removeLast(hits.count - kept)
     }
     static func key(track: Int64, offset: Int32) -> UInt64 {
         UInt64(UInt32(truncatingIfNeeded: track)) << 32 | UInt64(UInt32(bitPattern: offset) ^ 0x8000_0000)

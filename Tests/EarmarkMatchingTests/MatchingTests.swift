@@ -613,6 +613,32 @@ struct HitSortTests {
         #expect(radix.map(\.qframe) == reference.map(\.qframe))
         #expect(radix.map(\.offset) == reference.map(\.offset))
     }
+
+    @Test("dropping sparse tracks keeps every track with enough hits, in order, and leaves the counts clear", arguments: [2, 3])
+    func sparseTracksDropped(floor: Int) {
+        var rng = SeededRandom(seed: UInt64(floor) + 5)
+        // Track ids up to 2¹⁹ in a table of 2¹⁰ slots: many tracks share a slot, so some sparse ones stay.
+        var hits: [Hit] = []
+        for i in 0..<3_000 {
+            let r = rng.next()
+            let track: Int64 = i % 4 == 0 ? Int64(r % 40) + 1 : Int64(r % (1 << 19)) + 1
+            hits.append(Hit(key: Hit.key(track: track, offset: Int32(rng.next() % 100)), qframe: UInt32(i), hash: 0))
+        }
+        var perTrack: [Int64: Int] = [:]
+        for h in hits { perTrack[h.track, default: 0] += 1 }
+        var counts = [UInt8](repeating: 0, count: 1 << 10)
+        var kept = hits
+        Hit.dropSparseTracks(&kept, floor: floor, counts: &counts)
+        #expect(counts.allSatisfy { $0 == 0 })
+        // Every hit of a track with `floor` hits or more, in the order given; the others only when they share a slot.
+        let dense = hits.filter { perTrack[$0.track]! >= floor }
+        #expect(kept.filter { perTrack[$0.track]! >= floor }.map(\.qframe) == dense.map(\.qframe))
+        #expect(kept.map(\.qframe) == kept.map(\.qframe).sorted())
+        #expect(kept.count < hits.count && kept.count >= dense.count)
+        var slots: [Int: Int] = [:]
+        for h in hits { slots[Int(h.track) & 1023, default: 0] += 1 }
+        #expect(kept.allSatisfy { slots[Int($0.track) & 1023]! >= floor })
+    }
 }
 
 @Suite("Query memo and landmark order")
