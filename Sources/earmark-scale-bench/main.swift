@@ -625,6 +625,8 @@ struct ChildResult: Codable {
     var referenceStart: Double?
     var referenceEnd: Double?
     var ms: Double
+    /// CPU time of the matching thread over the same call: what a busy machine does not inflate.
+    var cpuMs: Double?
     var error: String?
     /// Landmarks looked up and postings found by the search that gave the answer (the first search when
     /// nothing matched): for clips of music not in the catalog, the chance load the catalog puts on a query.
@@ -675,6 +677,13 @@ final class AnonymousMemorySampler: @unchecked Sendable {
     }
 }
 
+/// CPU time of the calling thread, in seconds.
+func threadCPUSeconds() -> Double {
+    var ts = timespec()
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
+    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+}
+
 /// `__match CATALOG LIST OUT SECONDS`: opens the catalog read-only, matches the signatures listed (lines of
 /// key TAB path: the first, the second, then all in order, until SECONDS have passed; 0: no limit) and
 /// writes a ChildReport as JSON. Only `matcher.match` is timed; each signature is read just before it is
@@ -692,12 +701,15 @@ func runChild(catalogPath: String, list: String, out: String, budget: Double, ma
         let sig: Signature
         do { sig = try Fingerprinter.readSignatureFile(path: item.1) } catch { return ChildResult(key: item.0, ms: 0, error: "\(error)") }
         let t = clock.now
+        let cpu = threadCPUSeconds()
         do {
             let result = try matcher.match(sig)
             let ms = seconds(clock.now - t) * 1000
+            let cpuMs = (threadCPUSeconds() - cpu) * 1000
             let top = result.matches.first
             return ChildResult(key: item.0, top: top?.track.title, significance: top?.significance, referenceStart: top?.referenceStart,
-                               referenceEnd: top?.referenceEnd, ms: ms, landmarks: result.queryLandmarks, postings: result.candidateHits)
+                               referenceEnd: top?.referenceEnd, ms: ms, cpuMs: cpuMs, landmarks: result.queryLandmarks,
+                               postings: result.candidateHits)
         } catch {
             return ChildResult(key: item.0, ms: seconds(clock.now - t) * 1000, error: "\(error)")
         }
@@ -760,6 +772,9 @@ struct SizeSummary {
     var falsePositives: (Int, Int)
     var match10: Latency
     var none10: Latency
+    /// The same clips' CPU time (see ``ChildResult/cpuMs``).
+    var match10CPU: Latency
+    var none10CPU: Latency
     var firstMs: Double
     /// Median wall time of the CLI, in ms, for clips it matched and clips it did not: with the catalog cached, evicted.
     /// (Apart: the two take times an order of magnitude apart, and a median over both would land on either.)
@@ -937,15 +952,19 @@ func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], conte
 
     // --- Warm latency ----------------------------------------------------------------------------
     let answered = main.compactMap { c in resultOf[c.key].flatMap { $0.error == nil ? (c, $0) : nil } }
-    func latency(matched: Bool, tenSeconds: Bool) -> Latency {
-        Latency(answered.filter { ($0.1.top != nil) == matched && (!tenSeconds || $0.0.duration == 10) }.map(\.1.ms))
+    func latency(matched: Bool, tenSeconds: Bool, cpu: Bool = false) -> Latency {
+        Latency(answered.filter { ($0.1.top != nil) == matched && (!tenSeconds || $0.0.duration == 10) }
+            .map { cpu ? $0.1.cpuMs ?? .nan : $0.1.ms })
     }
-    say("")
-    say("warm latency of matcher.match (ms; signature excluded)  " + ["n", "median", "p95", "p99"].map { lpad($0, 8) }.joined())
-    for (label, matched, ten) in [("matched, all clips", true, false), ("no match, all clips", false, false),
-                                  ("matched, 10-s clips", true, true), ("no match, 10-s clips", false, true)] {
-        let l = latency(matched: matched, tenSeconds: ten)
-        say(pad("  " + label, 55) + lpad("\(l.n)", 8) + [l.median, l.p95, l.p99].map { lpad(fmt($0, 1), 8) }.joined())
+    for cpu in [false, true] {
+        say("")
+        say((cpu ? "CPU time of matcher.match's thread (ms)" : "warm latency of matcher.match (ms; signature excluded)")
+                .padding(toLength: 55, withPad: " ", startingAt: 0) + ["n", "median", "p95", "p99"].map { lpad($0, 8) }.joined())
+        for (label, matched, ten) in [("matched, all clips", true, false), ("no match, all clips", false, false),
+                                      ("matched, 10-s clips", true, true), ("no match, 10-s clips", false, true)] {
+            let l = latency(matched: matched, tenSeconds: ten, cpu: cpu)
+            say(pad("  " + label, 55) + lpad("\(l.n)", 8) + [l.median, l.p95, l.p99].map { lpad(fmt($0, 1), 8) }.joined())
+        }
     }
 
     // --- Skew set --------------------------------------------------------------------------------
@@ -1025,6 +1044,8 @@ func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], conte
                        buildRealTime: record?.realTimeFactor ?? .nan, coverage: coverage, recall: (hits, positives.count), lookAlikes: alike,
                        falsePositives: (fps.count, negatives.count),
                        match10: latency(matched: true, tenSeconds: true), none10: latency(matched: false, tenSeconds: true),
+                       match10CPU: latency(matched: true, tenSeconds: true, cpu: true),
+                       none10CPU: latency(matched: false, tenSeconds: true, cpu: true),
                        firstMs: report.firstMs, coldMatch: coldMatch, coldNone: coldNone, peakRSSMB: rssMB, skewRecall: skewRecall,
                        skewLookAlikes: skewLookAlikes)
 }
@@ -1032,10 +1053,10 @@ func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], conte
 func printSummary(_ rows: [SizeSummary]) {
     guard let base = rows.first else { return }
     say("")
-    say("== summary (latencies in ms, of 10-s clips; cold: the CLI's median with the catalog cached / evicted, for clips it matched and clips it did not; build × real time: of the tracks each build added; clips: matched within the time budget; "
+    say("== summary (latencies in ms, of 10-s clips; CPU: the matching thread's CPU time, what a busy machine does not inflate; cold: the CLI's median with the catalog cached / evicted, for clips it matched and clips it did not; build × real time: of the tracks each build added; clips: matched within the time budget; "
         + "+alike: recall counting answers in a synthetic copy of the clip's own audio as right)")
     let header = ["size", "tracks", "hours", "MB", "MB/h", "build ×RT", "clips", "recall", "+alike", "FP", "match med", "match p99", "none med", "none p99",
-                  "first q", "cold match c/e", "cold none c/e", "RSS MB"] + (rows.contains { $0.skewRecall != nil } ? ["skew recall", "+alike"] : [])
+                  "CPU match med", "CPU none med", "first q", "cold match c/e", "cold none c/e", "RSS MB"] + (rows.contains { $0.skewRecall != nil } ? ["skew recall", "+alike"] : [])
     let widths = header.map { max(8, $0.count + 2) }
     func line(_ cells: [String]) -> String { zip(cells, widths).map { lpad($0, $1) }.joined() }
     say(line(header))
@@ -1044,7 +1065,7 @@ func printSummary(_ rows: [SizeSummary]) {
                      fmt(r.buildRealTime, 0), r.coverage.0 == r.coverage.1 ? "all" : "\(r.coverage.0)/\(r.coverage.1)", percent(r.recall.0, r.recall.1),
                      percent(r.recall.0 + r.lookAlikes, r.recall.1), "\(r.falsePositives.0)/\(r.falsePositives.1)",
                      fmt(r.match10.median, 1), fmt(r.match10.p99, 1), fmt(r.none10.median, 1), fmt(r.none10.p99, 1),
-                     fmt(r.firstMs, 1),
+                     fmt(r.match10CPU.median, 1), fmt(r.none10CPU.median, 1), fmt(r.firstMs, 1),
                      fmt(r.coldMatch.cached, 0) + "/" + fmt(r.coldMatch.evicted, 0), fmt(r.coldNone.cached, 0) + "/" + fmt(r.coldNone.evicted, 0),
                      fmt(r.peakRSSMB, 0)]
         if let s = r.skewRecall { cells += [percent(s.0, s.1), percent(s.0 + r.skewLookAlikes, s.1)] }
@@ -1054,7 +1075,8 @@ func printSummary(_ rows: [SizeSummary]) {
     guard rows.count > 1 else { return }
     say("")
     say("latency relative to \(base.hours) h")
-    let ratioHeader = ["size", "match med", "match p99", "none med", "none p99", "first q", "cold match c/e", "cold none c/e", "RSS"]
+    let ratioHeader = ["size", "match med", "match p99", "none med", "none p99", "first q", "cold match c/e", "cold none c/e", "RSS",
+                       "CPU match med", "CPU none med"]
     let ratioWidths = ratioHeader.map { max(8, $0.count + 2) }
     func ratioLine(_ cells: [String]) -> String { zip(cells, ratioWidths).map { lpad($0, $1) }.joined() }
     func ratio(_ a: Double, _ b: Double) -> String { b > 0 && a.isFinite && b.isFinite ? fmt(a / b, 2) + "×" : "-" }
@@ -1064,7 +1086,8 @@ func printSummary(_ rows: [SizeSummary]) {
                          ratio(r.none10.median, base.none10.median), ratio(r.none10.p99, base.none10.p99), ratio(r.firstMs, base.firstMs),
                          ratio(r.coldMatch.cached, base.coldMatch.cached) + "/" + ratio(r.coldMatch.evicted, base.coldMatch.evicted),
                          ratio(r.coldNone.cached, base.coldNone.cached) + "/" + ratio(r.coldNone.evicted, base.coldNone.evicted),
-                         ratio(r.peakRSSMB, base.peakRSSMB)]))
+                         ratio(r.peakRSSMB, base.peakRSSMB), ratio(r.match10CPU.median, base.match10CPU.median),
+                         ratio(r.none10CPU.median, base.none10CPU.median)]))
     }
 }
 
