@@ -607,7 +607,8 @@ public final class Matcher {
         let screening = max(1, Double(catalogTracks) / Double(max(1, options.catalogTracksAllowed)))
         let lead = catalogTracks > options.catalogTracksAllowed ? options.supportingLead : 0
         let considered = Array(perTrack.prefix(options.candidates).filter { $0.hits >= candidateFloor })
-        let tracks = try catalog.tracks(ids: considered.map(\.track))
+        // Only candidates that can be accepted are read (with their metadata): in a skew trial that is seldom any.
+        let tracks = try catalog.tracks(ids: considered.filter { $0.hits >= (minimumHits ?? options.minimumHits) }.map(\.track))
         let strongQuery = strongPeaks(signature, skew: nil)
         let queryIndex = PeakIndex(sortingByFrame: considered.isEmpty ? [] : signature.peaks)
         func check(_ track: Int64, _ offset: Int) throws -> (matched: Int, tested: Int, evidence: Double) {
