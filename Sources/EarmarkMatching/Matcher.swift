@@ -28,6 +28,11 @@ public struct MatchOptions: Sendable, Equatable {
     public var maximumMatches: Int
     /// Tracks with the most aligned hashes that go on to peak verification. Default 8.
     public var candidates: Int
+    /// … in the full first search (after the quick one) of a catalog of more than ``catalogTracksAllowed`` tracks. nil:
+    /// ``candidates``; 64 for triplet keys (``defaults(for:)``). In a large catalog a clip under loud noise aligns fewer
+    /// hashes with its track (2 or 3 triplets under babble) than chance aligns with some of the others (5 to 7), though
+    /// its peaks verify at 20 decades or more; only clips that the quick search did not answer pay for the extra checks.
+    public var firstSearchCandidates: Int? = nil
     /// … among tracks with at least this many aligned hashes in a cell (and the search's minimum, before
     /// verification). Default 3; 2 for triplet keys (``defaults(for:)``).
     public var candidateHits = 3
@@ -116,10 +121,11 @@ public struct MatchOptions: Sendable, Equatable {
     /// pair, so fewer aligned triplets make a candidate and count as support; a skew trial's anchors need only
     /// their 4 strongest targets (6 triplets each; the search as is: 12, 66 triplets), and its candidates need 3
     /// aligned triplets in clips of up to 5 s (``skewMinimumHits``; 5 decades more while under 6); there is no
-    /// deep pass; and a quick first search pairs each anchor of rank below 24 with its 3 strongest targets
+    /// deep pass; a quick first search pairs each anchor of rank below 24 with its 3 strongest targets
     /// (``quickFanout``: 3 triplets an anchor, as the reference has, against 66 in the full search), whose
     /// decisive answers end the search (at 10,000 h the same answers on 180 clips, the matched median 5 × lower);
-    /// and the first searches skip common keys too (``firstCommonHashes``).
+    /// the first searches skip common keys too (``firstCommonHashes``); and in a large catalog the full first search
+    /// verifies 64 candidates (``firstSearchCandidates``).
     /// Experimental: tuned on the 6.5-h public benchmark (`earmark-bench --landmarks triplets`), where 12, 8, 6
     /// and 4 skew targets found the same clips (4 in a fifth of the time), the deep pass, with 16, 10 or 6 targets,
     /// found none that the first search missed, and 3 skew hits found 46 more of 1,119 noisy, pitch- and
@@ -135,6 +141,7 @@ public struct MatchOptions: Sendable, Equatable {
             o.deepPass = false
             o.quickFanout = 3
             o.firstCommonHashes = 16
+            o.firstSearchCandidates = 64
         }
         return o
     }
@@ -158,7 +165,7 @@ extension MatchOptions {
                                      "commonHashes", "skewRankLimit", "skewFanout", "catalogTracksAllowed",
                                      "minimumSignificance", "deepPass", "skewMinimumHits",
                                      "unsupportedSkewMargin", "skewTrials", "quickFanout", "quickRankLimit",
-                                     "firstCommonHashes"]
+                                     "firstCommonHashes", "firstSearchCandidates"]
 
     /// Sets one field from `NAME=VALUE` (a name of ``overridable``; counts ≥ 1, shares 0…1, `commonHashes=0`
     /// for none, `deepPass=0|1`, `quickFanout=0` for no quick stage, `skewTrials=N` the grid's N nearest skews).
@@ -170,6 +177,7 @@ extension MatchOptions {
         switch parts[0] {
         case "explainedShare" where (0...1).contains(value): explainedShare = value
         case "candidates" where count >= 1: candidates = count
+        case "firstSearchCandidates" where count >= 0: firstSearchCandidates = count > 0 ? count : nil
         case "candidateHits" where count >= 1: candidateHits = count
         case "minimumHits" where count >= 1: minimumHits = count
         case "supportingHits" where count >= 1: supportingHits = count
@@ -352,7 +360,8 @@ public final class Matcher {
                                       shape: (options.quickRankLimit, fanout))
             if !weak(quick) { return quick }
         }
-        var plain = try matchOnce(signature, trials: 1, catalogTracks: catalogTracks)
+        var plain = try matchOnce(signature, trials: 1, catalogTracks: catalogTracks,
+                                  candidates: catalogTracks > options.catalogTracksAllowed ? options.firstSearchCandidates : nil)
         // Speech over music: the music's peaks are there but rank behind the voices', so the first pass
         // finds few of its hashes. The deep pass pairs the signature's weaker peaks too; it costs two or
         // three times the first, so only clips without a strong match pay for it. Like every extra
@@ -551,7 +560,7 @@ public final class Matcher {
     /// with the landmarks of `shape` (peaks of rank below `rankLimit`, `fanout` targets each) when given.
     private func matchOnce(_ signature: Signature, trials: Int, catalogTracks: Int, minimumHits: Int? = nil,
                            role: LandmarkRole = .query, skewed: Bool = false,
-                           shape: (rankLimit: Int, fanout: Int)? = nil) throws -> MatchResult {
+                           shape: (rankLimit: Int, fanout: Int)? = nil, candidates: Int? = nil) throws -> MatchResult {
         let common = skewed || role == .deepQuery ? options.commonHashes : options.firstCommonHashes
         let landmarks = if let shape = shape ?? (skewed ? (options.skewRankLimit, options.skewFanout) : nil) {
             Landmarks.extract(from: signature, rankLimit: shape.rankLimit, fanout: shape.fanout, configuration: configuration)
@@ -606,7 +615,7 @@ public final class Matcher {
         perTrack.sort { $0.hits > $1.hits }
         let screening = max(1, Double(catalogTracks) / Double(max(1, options.catalogTracksAllowed)))
         let lead = catalogTracks > options.catalogTracksAllowed ? options.supportingLead : 0
-        let considered = Array(perTrack.prefix(options.candidates).filter { $0.hits >= candidateFloor })
+        let considered = Array(perTrack.prefix(candidates ?? options.candidates).filter { $0.hits >= candidateFloor })
         // Only candidates that can be accepted are read (with their metadata): in a skew trial that is seldom any.
         let tracks = try catalog.tracks(ids: considered.filter { $0.hits >= (minimumHits ?? options.minimumHits) }.map(\.track))
         let strongQuery = strongPeaks(signature, skew: nil)
