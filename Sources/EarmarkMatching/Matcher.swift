@@ -591,6 +591,7 @@ public final class Matcher {
         // A track with fewer hits than a candidate needs aligned cannot be one: with triplet keys, or in a
         // large catalog, most tracks hold a hit or two, and sorting and scoring them was most of a search.
         let candidateFloor = options.candidateHits
+        let postingsFound = hits.count
         Hit.dropSparseTracks(&hits, floor: candidateFloor, counts: &trackCounts)
         Hit.sort(&hits)
 
@@ -682,7 +683,7 @@ public final class Matcher {
         matches.sort { $0.significance > $1.significance }
         if matches.count > options.maximumMatches { matches.removeLast(matches.count - options.maximumMatches) }
         return MatchResult(matches: matches, queryDuration: signature.duration, queryLandmarks: landmarks.count,
-                           candidateHits: hits.count)
+                           candidateHits: postingsFound)
     }
 
     /// The line through one track's hits at offset cell `cell` (hits within 6 frames of it): by least squares
