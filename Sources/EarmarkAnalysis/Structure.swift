@@ -8,6 +8,12 @@ public struct StructureRange: Codable, Sendable, Equatable {
     public var end: Double
     /// Sections that sound alike share a label (A, B, C …); segments and phrases have none.
     public var label: String?
+
+    public init(start: Double, end: Double, label: String? = nil) {
+        self.start = start
+        self.end = end
+        self.label = label
+    }
 }
 
 /// Structure of a piece (Music Understanding's dimension): sections (large parts, labelled by
@@ -329,6 +335,32 @@ public final class StructureAnalyzer {
             }
         }
         return StructureResult(sections: sections, segments: segments, phrases: phrases, duration: duration)
+    }
+
+    /// Pairwise label precision, recall and F-measure (Levy & Sandler 2008) over `frame`-s frames up to the
+    /// end of the reference: a pair of frames is "same" when their sections share a label; precision is the
+    /// share of the estimate's same pairs that are same in the reference. Frames outside every section of
+    /// one side get a label of their own there.
+    public static func pairwiseLabelF(estimated: [StructureRange], reference: [StructureRange], frame: Double = 0.5)
+        -> (precision: Double, recall: Double, f: Double) {
+        guard let end = reference.map(\.end).max(), end > 0 else { return (0, 0, 0) }
+        func label(_ r: [StructureRange], _ t: Double, _ i: Int) -> String {
+            r.first { $0.start <= t && t < $0.end }?.label ?? "frame \(i)"
+        }
+        var est: [String: Int] = [:], ref: [String: Int] = [:], both: [String: Int] = [:]
+        var i = 0
+        while Double(i) * frame + frame / 2 < end {
+            let t = Double(i) * frame + frame / 2
+            let e = label(estimated, t, i), r = label(reference, t, i)
+            est[e, default: 0] += 1
+            ref[r, default: 0] += 1
+            both[e + "\u{1}" + r, default: 0] += 1
+            i += 1
+        }
+        func pairs(_ c: [String: Int]) -> Double { c.values.reduce(0) { $0 + Double($1 * ($1 - 1) / 2) } }
+        let same = pairs(both), e = pairs(est), r = pairs(ref)
+        let precision = e > 0 ? same / e : 0, recall = r > 0 ? same / r : 0
+        return (precision, recall, precision + recall > 0 ? 2 * precision * recall / (precision + recall) : 0)
     }
 
     /// Boundary hit rate F-measure: an estimated boundary is right within `tolerance` s of an unmatched reference one.
