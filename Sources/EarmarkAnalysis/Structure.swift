@@ -21,7 +21,8 @@ public struct StructureRange: Codable, Sendable, Equatable {
 /// bars are known).
 public struct StructureResult: Codable, Sendable, Equatable {
     public static let kind = "structure"
-    public static let version = 2
+    /// 3: sections inside a song from its repetitions, boundaries on bar lines (2: changes of music only).
+    public static let version = 3
 
     public var sections: [StructureRange]
     public var segments: [StructureRange]
@@ -34,14 +35,13 @@ public struct StructureResult: Codable, Sendable, Equatable {
 /// Finds structure from the self-similarity of 0.46-s feature blocks (12 pitch classes and 14 mel-cepstral
 /// coefficients, each standardised over the piece; cosine similarity) and from the spectral flux of its frames.
 ///
-/// Sections: every peak of a short (±4 s) checkerboard novelty (Foote) is a candidate boundary, scored by
-/// the wide (±16 s) novelty around it, minus half its repetition (the best match of a 6-s stretch before it
-/// with a 6-s stretch after it within ±40 s: a change inside a piece tends to come back, a change to other
-/// music does not), minus a fifth of its rhythm similarity (onset autocorrelation 8 s before against 8 s
-/// after: a piece tends to keep its pulse). Candidates scoring at least -0.05 are kept, strongest first,
-/// 8 s apart and 6 s from either end; the number of sections is not fixed in advance. Segments: peaks of a
-/// ±3-s novelty that stand out from their ±8 s neighbourhood (mean + 0.5 deviations), plus the section
-/// boundaries.
+/// Sections: the piece's own parts from its repetitions (``innerBoundaries(unit:band:window:threshold:gap:edge:)``,
+/// structure features after Serrà et al. 2014 over a band of lags up to 3 minutes) and changes of music
+/// (``sectionBoundaries(unit:flux:)``: Foote novelty, minus repetition and rhythm similarity across the point);
+/// labels from the best diagonal joining two sections (``sectionLabels(x:band:cuts:threshold:)``); an inner
+/// boundary between two sections that both occur once is dropped. The number of sections is not fixed in
+/// advance. Segments: peaks of a ±3-s novelty that stand out from their ±8 s neighbourhood (mean + 0.5
+/// deviations), plus the section boundaries. Boundaries move to the nearest bar line within half a bar.
 public final class StructureAnalyzer {
     static let sampleRate = 11_025.0
     static let fftSize = 2048

@@ -46,7 +46,8 @@ while let a = args.next() {
                    earmark-music-bench --instruments DIR [--model PATH] [--subset all|even|odd] [--no-solos] [--sweep] [--limit N] [--verbose]
                                        [--head PATH|labels]
                    earmark-music-bench --instruments DIR --train-head OUT [--model PATH] [--subset all|even|odd] [--embeddings CACHE]
-              DIR/key/manifest.tsv: path, tonic, mode, …; DIR/beats/manifest.tsv: path, beats_path, bpm, …
+              DIR/key/manifest.tsv: path, tonic, mode, …; DIR/beats/manifest.tsv: path, beats_path, bpm, …;
+              DIR/sections/manifest.tsv: path, sections_path, split, … (tools/section-data.sh: sections inside songs)
               --instruments DIR: DIR/manifest.tsv and per-piece truth (tools/instrument-data.sh): instrument activity
                 and pace on the mixes, instrument activity on the solo renders; --subset even|odd: every other piece
                 (a hold-out half); --sweep: F-measures for other activity thresholds; --head: the instrument head file to use
