@@ -12,6 +12,8 @@
 #   tools/music-bench.sh --metre          # beats, downbeats, tempo and time signature on the metre set
 #                                         # (tools/metre-data.sh: the rhythm set with its time signatures and
 #                                         # chorales re-barred in 2/4 ... 12/8); more options go to the bench
+#   tools/music-bench.sh --sections       # sections inside songs (tools/section-data.sh: songs in song forms built
+#                                         # from chorales, with their sections and labels); per half, even tuned
 #   tools/music-bench.sh --instruments    # instrument activity and pace; more options after it go to
 #                                         # earmark-music-bench (--subset even|odd, --sweep, --no-solos,
 #                                         # --verbose, --limit N; --head PATH|labels: another instrument
@@ -26,6 +28,9 @@ bash tools/setup.sh </dev/null
 if [ "${1:-}" = --metre ]; then
   shift
   set -- --data "$(bash tools/metre-data.sh </dev/null)" "$@"
+elif [ "${1:-}" = --sections ]; then
+  shift
+  set -- --data "$(bash tools/section-data.sh </dev/null)" "$@"
 elif [ "${1:-}" = --instruments ]; then
   shift
   data=$(bash tools/instrument-data.sh </dev/null)

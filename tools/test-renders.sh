@@ -9,7 +9,11 @@
 #   $DIR/jig.wav     G major, 6/8 at 66 dotted quarters a minute (eighths at 198), 24 bars: piano melody in
 #                    eighths (jig figures: three eighths, quarter and eighth), fingered bass on both beats (the
 #                    first louder), piano chord on the second and third eighth of each beat; I IV V I, a bar each
-#   $DIR/truth.json  those facts, per piece
+#   $DIR/song.wav    C major, 4/4 at 90 BPM, 24 bars in the form A B A (8 bars each, A played twice note for
+#                    note): piano and fingered bass. A: I V vi iii IV I IV V, a melody in quarter and half notes
+#                    over block chords on every beat, the bass on 1 and 3; B: vi IV ii V iii vi ii V, a melody
+#                    in eighths an octave higher over broken chords (eighths), the bass on every beat
+#   $DIR/truth.json  those facts, per piece (the song's sections too: start, end, label)
 #   $DIR/READY       written last (first line: set version)
 #
 # DIR is $EARMARK_TEST_RENDERS, else ~/.cache/earmark-test-renders. Idempotent: with a READY of this set
@@ -22,7 +26,8 @@ SET_VERSION="earmark-test-renders 1"
 SOUNDFONT=/usr/share/sounds/sf2/FluidR3_GM.sf2
 
 # The jig came later than the set's version 1: a set of version 1 without it is built again.
-ready() { [ -f "$DIR/READY" ] && [ "$(head -n 1 "$DIR/READY")" = "$SET_VERSION" ] && [ -f "$DIR/jig.wav" ]; }
+# So did the song: a set without it is built again.
+ready() { [ -f "$DIR/READY" ] && [ "$(head -n 1 "$DIR/READY")" = "$SET_VERSION" ] && [ -f "$DIR/jig.wav" ] && [ -f "$DIR/song.wav" ]; }
 if ready; then
   echo "$DIR"
   exit 0
@@ -153,6 +158,44 @@ for bar in range(bars):
 write_midi(f"{out}/jig.mid", 99, 6, ev, den_power=3)
 pieces["jig"] = {"tonic": "G", "mode": "major", "bpm": 66, "beatsPerBar": 2, "bars": bars, "timeSignature": "6/8",
                  "instruments": ["bass", "keys"], "absent": ["drums", "voice", "brass"]}
+# Song in C major, A B A: 8 bars each at 90 BPM; the second A repeats the first note for note.
+C4 = 60
+SCALE = [0, 2, 4, 5, 7, 9, 11]
+def degree(d):   # scale degree (1 = C) to a MIDI note from C4
+    d -= 1
+    return C4 + 12 * (d // 7) + SCALE[d % 7]
+def chord(d):    # diatonic triad on degree d, root in the octave below C4 ... B4
+    return [degree(d), degree(d + 2), degree(d + 4)]
+A_PROG, B_PROG = [1, 5, 6, 3, 4, 1, 4, 5], [6, 4, 2, 5, 3, 6, 2, 5]
+ev = []
+def section(bar0, kind):
+    for i in range(8):
+        t0 = (bar0 + i) * 4 * TPQ
+        d = (A_PROG if kind == "A" else B_PROG)[i]
+        notes = chord(d)
+        if kind == "A":
+            for beat in range(4):
+                for n in notes:
+                    ev.append((t0 + beat * TPQ, 0, n - 12, 82 if beat == 0 else 70, TPQ - 40))
+            for beat in (0, 2):
+                ev.append((t0 + beat * TPQ, 1, notes[0] - 24, 100, 2 * TPQ - 40))
+            # melody: chord tones, two quarters and a half note
+            for off, length, tone in ((0, 1, 2), (1, 1, 1), (2, 2, 0)) if i % 2 == 0 else ((0, 2, 0), (2, 1, 1), (3, 1, 2)):
+                ev.append((t0 + off * TPQ, 0, notes[tone] + 12, 96, length * TPQ - 40))
+        else:
+            for k in range(8):
+                ev.append((t0 + k * TPQ // 2, 0, notes[k % 3] - 12, 66, TPQ // 2 - 30))
+            for beat in range(4):
+                ev.append((t0 + beat * TPQ, 1, notes[0] - 24 + (7 if beat % 2 else 0), 96, TPQ - 40))
+            for k in range(8):
+                ev.append((t0 + k * TPQ // 2, 0, notes[[2, 1, 0, 1, 2, 1, 0, 2][k]] + 24, 92, TPQ // 2 - 30))
+for j, kind in enumerate("ABA"):
+    section(8 * j, kind)
+write_midi(f"{out}/song.mid", 90, 4, ev)
+sec = 8 * 4 * 60 / 90
+pieces["song"] = {"tonic": "C", "mode": "major", "bpm": 90, "beatsPerBar": 4, "bars": 24, "timeSignature": "4/4",
+                  "instruments": ["bass", "keys"], "absent": ["drums", "voice", "brass"],
+                  "sections": [[0, sec, "A"], [sec, 2 * sec, "B"], [2 * sec, 3 * sec, "A"]]}
 pieces["march"]["timeSignature"] = "4/4"
 pieces["waltz"]["timeSignature"] = "3/4"
 for name, p in pieces.items():
@@ -160,13 +203,14 @@ for name, p in pieces.items():
     p["beats"] = p["bars"] * p["beatsPerBar"]
 json.dump(pieces, open(f"{out}/truth.json", "w"), indent=1)
 PY
-for piece in march waltz jig; do
+for piece in march waltz jig song; do
   fluidsynth -n -i -q -R 0 -C 0 -g 0.5 -r 44100 -F "$work/$piece.raw.wav" "$SOUNDFONT" "$work/$piece.mid" >/dev/null 2>&1 \
     || { echo "test-renders.sh: fluidsynth failed on $piece" >&2; exit 1; }
   sox "$work/$piece.raw.wav" -r 44100 -c 1 -b 16 "$work/$piece.wav"
   rm "$work/$piece.raw.wav"
 done
 rm -f "$DIR/READY"
-mv "$work/march.wav" "$work/waltz.wav" "$work/jig.wav" "$work/march.mid" "$work/waltz.mid" "$work/jig.mid" "$work/truth.json" "$DIR/"
+mv "$work/march.wav" "$work/waltz.wav" "$work/jig.wav" "$work/song.wav" "$work/march.mid" "$work/waltz.mid" "$work/jig.mid" "$work/song.mid" \
+  "$work/truth.json" "$DIR/"
 { echo "$SET_VERSION"; date -u +%Y-%m-%dT%H:%M:%SZ; } >"$DIR/READY"
 echo "$DIR"

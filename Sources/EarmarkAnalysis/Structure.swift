@@ -8,6 +8,12 @@ public struct StructureRange: Codable, Sendable, Equatable {
     public var end: Double
     /// Sections that sound alike share a label (A, B, C …); segments and phrases have none.
     public var label: String?
+
+    public init(start: Double, end: Double, label: String? = nil) {
+        self.start = start
+        self.end = end
+        self.label = label
+    }
 }
 
 /// Structure of a piece (Music Understanding's dimension): sections (large parts, labelled by
@@ -15,7 +21,8 @@ public struct StructureRange: Codable, Sendable, Equatable {
 /// bars are known).
 public struct StructureResult: Codable, Sendable, Equatable {
     public static let kind = "structure"
-    public static let version = 2
+    /// 3: sections inside a song from its repetitions, boundaries on bar lines (2: changes of music only).
+    public static let version = 3
 
     public var sections: [StructureRange]
     public var segments: [StructureRange]
@@ -28,14 +35,13 @@ public struct StructureResult: Codable, Sendable, Equatable {
 /// Finds structure from the self-similarity of 0.46-s feature blocks (12 pitch classes and 14 mel-cepstral
 /// coefficients, each standardised over the piece; cosine similarity) and from the spectral flux of its frames.
 ///
-/// Sections: every peak of a short (±4 s) checkerboard novelty (Foote) is a candidate boundary, scored by
-/// the wide (±16 s) novelty around it, minus half its repetition (the best match of a 6-s stretch before it
-/// with a 6-s stretch after it within ±40 s: a change inside a piece tends to come back, a change to other
-/// music does not), minus a fifth of its rhythm similarity (onset autocorrelation 8 s before against 8 s
-/// after: a piece tends to keep its pulse). Candidates scoring at least -0.05 are kept, strongest first,
-/// 8 s apart and 6 s from either end; the number of sections is not fixed in advance. Segments: peaks of a
-/// ±3-s novelty that stand out from their ±8 s neighbourhood (mean + 0.5 deviations), plus the section
-/// boundaries.
+/// Sections: the piece's own parts from its repetitions (``innerBoundaries(unit:band:window:threshold:gap:edge:)``,
+/// structure features after Serrà et al. 2014 over a band of lags up to 3 minutes) and changes of music
+/// (``sectionBoundaries(unit:flux:)``: Foote novelty, minus repetition and rhythm similarity across the point);
+/// labels from the best diagonal joining two sections (``sectionLabels(x:band:cuts:threshold:)``); an inner
+/// boundary between two sections that both occur once is dropped. The number of sections is not fixed in
+/// advance. Segments: peaks of a ±3-s novelty that stand out from their ±8 s neighbourhood (mean + 0.5
+/// deviations), plus the section boundaries. Boundaries move to the nearest bar line within half a bar.
 public final class StructureAnalyzer {
     static let sampleRate = 11_025.0
     static let fftSize = 2048
@@ -238,6 +244,157 @@ public final class StructureAnalyzer {
         return chosen.sorted()
     }
 
+    /// Repetition inside a piece over a band of lags: `similarity[i * (maxLag + 1) + l]` is the mean cosine of the
+    /// blocks i−h…i+h with the blocks i+l−h…i+l+h (a delay embedding of 2h+1 blocks), 0 past the end.
+    struct LagBand {
+        let count: Int
+        let maxLag: Int
+        var similarity: [Float]
+
+        init(unit u: [[Double]], maxLag: Int, halfWindow h: Int) {
+            let n = u.count
+            count = n
+            self.maxLag = max(0, min(maxLag, n - 1))
+            let width = self.maxLag + 1
+            similarity = [Float](repeating: 0, count: n * width)
+            var column = [Double](repeating: 0, count: n + 1)
+            for l in 0...self.maxLag {
+                // Prefix sums of the raw cosines along the diagonal of lag l, then the centred window mean.
+                column[0] = 0
+                for i in 0..<n { column[i + 1] = column[i] + (i + l < n ? StructureAnalyzer.dot(u[i], u[i + l]) : 0) }
+                for i in 0..<(n - l) {
+                    let lo = max(0, i - h), hi = min(n - l, i + h + 1)
+                    similarity[i * width + l] = Float((column[hi] - column[lo]) / Double(hi - lo))
+                }
+            }
+        }
+
+        /// The similarity of blocks i and j (|i − j| ≤ maxLag), else nil.
+        @inline(__always) func at(_ i: Int, _ j: Int) -> Float? {
+            let (a, b) = i <= j ? (i, j) : (j, i)
+            return b - a <= maxLag ? similarity[a * (maxLag + 1) + b - a] : nil
+        }
+    }
+
+    /// Structure features (after Serrà, Müller, Grosche & Arcos 2014, "Unsupervised music structure annotation by
+    /// time series structure features and segment similarity"): each block's mutual nearest neighbours (the
+    /// `neighbours` most similar blocks at least `minLag` away, kept where each is among the other's) are
+    /// written as a row of lags −maxLag…maxLag; where the lags at which the music recurs change, a section
+    /// starts. Returns, per block, the difference of the mean rows `window` blocks before and after it (lags
+    /// blurred over ±1), scaled by their sizes: 0 where the repetition pattern stays, up to 1 where it changes
+    /// completely, 0 where nothing recurs on either side.
+    static func structureNovelty(band: LagBand, neighbours k: Int, minLag: Int, window: Int) -> [Double] {
+        let n = band.count, L = band.maxLag
+        guard n > 2 * minLag, L >= minLag else { return [Double](repeating: 0, count: n) }
+        // Each block's k best partners.
+        var best = [[Int]](repeating: [], count: n)
+        for i in 0..<n {
+            var cands: [(j: Int, s: Float)] = []
+            for j in max(0, i - L)...min(n - 1, i + L) where abs(i - j) >= minLag {
+                cands.append((j, band.at(i, j)!))
+            }
+            cands.sort { $0.s > $1.s }
+            best[i] = cands.prefix(k).filter { $0.s > 0 }.map(\.j)
+        }
+        let width = 2 * L + 1
+        // Running sums over time of each lag's recurrence (mutual neighbours only).
+        var prefix = [Float](repeating: 0, count: (n + 1) * width)
+        for i in 0..<n {
+            let row = (i + 1) * width, previous = i * width
+            for l in 0..<width { prefix[row + l] = prefix[previous + l] }
+            for j in best[i] where best[j].contains(i) { prefix[row + (j - i + L)] += 1 }
+        }
+        var out = [Double](repeating: 0, count: n)
+        var before = [Double](repeating: 0, count: width), after = [Double](repeating: 0, count: width)
+        for i in 1..<n {
+            let lo = max(0, i - window), hi = min(n, i + window)
+            for l in 0..<width {
+                before[l] = Double(prefix[i * width + l] - prefix[lo * width + l]) / Double(i - lo)
+                after[l] = Double(prefix[hi * width + l] - prefix[i * width + l]) / Double(hi - i)
+            }
+            var diff = 0.0, size = 0.0
+            for l in 0..<width {
+                let a = before[max(0, l - 1)] + before[l] + before[min(width - 1, l + 1)]
+                let b = after[max(0, l - 1)] + after[l] + after[min(width - 1, l + 1)]
+                diff += (a - b) * (a - b)
+                size += a * a + b * b
+            }
+            out[i] = size > 0 ? diff / size : 0
+        }
+        return out
+    }
+
+    /// How well section `a` (blocks) recurs as section `b`: the best mean similarity along a diagonal joining
+    /// them (their starts aligned within ±`slack` blocks), over at least half the shorter one; nil when the
+    /// lag is outside the band.
+    static func sectionMatch(band: LagBand, _ a: Range<Int>, _ b: Range<Int>, slack: Int) -> Double? {
+        let base = b.lowerBound - a.lowerBound
+        let need = max(1, min(a.count, b.count) / 2)
+        var bestScore: Double? = nil
+        for lag in (base - slack)...(base + slack) where lag > 0 && lag <= band.maxLag {
+            var sum = 0.0, count = 0
+            for i in a where b.contains(i + lag) {
+                sum += Double(band.similarity[i * (band.maxLag + 1) + lag])
+                count += 1
+            }
+            if count >= need { bestScore = max(bestScore ?? -1, sum / Double(count)) }
+        }
+        return bestScore
+    }
+
+    /// Labels of the sections between `cuts` (block indices; 0, 1, … in order of first appearance): a section
+    /// takes the label of the first earlier section it repeats (the best diagonal of the lag band joining them,
+    /// starts aligned within ±3 s, has a mean similarity ≥ `threshold`; sections farther apart than the band:
+    /// their mean features' cosine ≥ 0.6), else the next label. `x`: the standardised blocks.
+    static func sectionLabels(x: [[Double]], band: LagBand, cuts: [Int], threshold: Double = 0.5) -> [Int] {
+        let edges = [0] + cuts + [x.count]
+        let blockRanges = zip(edges, edges.dropFirst()).map { lo, hi in min(lo, x.count - 1)..<max(min(lo, x.count - 1) + 1, hi) }
+        let means = blockRanges.map { r -> [Double] in
+            var m = [Double](repeating: 0, count: x[0].count)
+            for b in r { for d in m.indices { m[d] += x[b][d] } }
+            let norm = max(1e-9, m.reduce(0) { $0 + $1 * $1 }.squareRoot())
+            return m.map { $0 / norm }
+        }
+        var labels: [Int] = []
+        var next = 0
+        for i in blockRanges.indices {
+            var label: Int? = nil
+            for j in 0..<i {
+                let repeats: Bool
+                if let match = sectionMatch(band: band, blockRanges[j], blockRanges[i], slack: Int(3 / blockDuration)) {
+                    repeats = match >= threshold
+                } else {
+                    repeats = dot(means[i], means[j]) >= 0.6 && blockRanges[i].lowerBound - blockRanges[j].lowerBound > band.maxLag
+                }
+                if repeats { label = labels[j]; break }
+            }
+            if let label { labels.append(label) } else { labels.append(next); next += 1 }
+        }
+        return labels
+    }
+
+    /// Section boundaries inside a piece (block indices) and the curve they come from: peaks (the highest
+    /// within ±3 s) of the structure novelty (``structureNovelty(band:neighbours:minLag:window:)``; neighbours:
+    /// 3 % of the blocks in reach, at least 3 s away; `window` s either side) reaching `threshold`, strongest
+    /// first, `gap` s apart and `edge` s from the ends.
+    static func innerBoundaries(unit: [[Double]], band: LagBand, window: Double = 10, threshold: Double = 0.8,
+                                gap: Double = 6, edge edgeSeconds: Double = 6) -> (cuts: [Int], curve: [Double]) {
+        let bd = blockDuration, n = unit.count
+        let reach = min(n - 1, 2 * band.maxLag)
+        let k = max(2, Int((0.03 * Double(reach)).rounded()))
+        let curve = structureNovelty(band: band, neighbours: k, minLag: Int(3 / bd), window: Int(window / bd))
+        let radius = Int(3 / bd), edge = Int(edgeSeconds / bd)
+        var candidates: [Int] = []
+        for i in curve.indices where i >= edge && i <= n - edge && curve[i] >= threshold {
+            if curve[max(0, i - radius)...min(n - 1, i + radius)].max() == curve[i] { candidates.append(i) }
+        }
+        var chosen: [Int] = []
+        for c in candidates.sorted(by: { curve[$0] > curve[$1] }) where !chosen.contains(where: { Double(abs($0 - c)) * bd < gap }) {
+            chosen.append(c)
+        }
+        return (chosen.sorted(), curve)
+    }
+
     /// Local maxima that exceed the mean plus `k` deviations of their ±`radius` neighbourhood,
     /// at least `gap` blocks apart (the stronger wins).
     static func peaks(_ x: [Double], radius: Int, k: Double, gap: Int) -> [Int] {
@@ -275,7 +432,28 @@ public final class StructureAnalyzer {
         let bd = StructureAnalyzer.blockDuration
         let edge = Int(4 / bd)  // no segment boundary within 4 s of either end
         let unit = StructureAnalyzer.unitVectors(x)
-        let sectionCuts = StructureAnalyzer.sectionBoundaries(unit: unit, flux: flux).map { Double($0) * bd }
+        // Sections inside the piece from its repetitions (structure features), and changes of music (the
+        // medley cues above); a change of music wins over an inner boundary within 6 s of it.
+        let band = LagBand(unit: unit, maxLag: Int(180 / bd), halfWindow: Int(1.5 / bd))
+        let (inner, innerScore) = StructureAnalyzer.innerBoundaries(unit: unit, band: band)
+        let changes = StructureAnalyzer.sectionBoundaries(unit: unit, flux: flux)
+        var sectionBlocks = changes
+        for b in inner where !changes.contains(where: { Double(abs($0 - b)) * bd < 6 }) { sectionBlocks.append(b) }
+        sectionBlocks.sort()
+        // An inner boundary between two sections that both occur once is dropped (the weakest first, one at a
+        // time, labelling again after each): a section inside a song is told by its repeats.
+        var labels = StructureAnalyzer.sectionLabels(x: x, band: band, cuts: sectionBlocks)
+        while true {
+            var counts: [Int: Int] = [:]
+            for l in labels { counts[l, default: 0] += 1 }
+            let lonely = sectionBlocks.indices.filter { k in
+                !changes.contains(sectionBlocks[k]) && counts[labels[k]] == 1 && counts[labels[k + 1]] == 1
+            }
+            guard let drop = lonely.min(by: { innerScore[sectionBlocks[$0]] < innerScore[sectionBlocks[$1]] }) else { break }
+            sectionBlocks.remove(at: drop)
+            labels = StructureAnalyzer.sectionLabels(x: x, band: band, cuts: sectionBlocks)
+        }
+        let sectionCuts = sectionBlocks.map { Double($0) * bd }
         let finer = StructureAnalyzer.peaks(StructureAnalyzer.novelty(unit: unit, halfWidth: Int(3 / bd)), radius: Int(8 / bd), k: 0.5, gap: Int(2 / bd))
             .filter { $0 >= edge && $0 <= x.count - edge }.map { Double($0) * bd }
         let segmentCuts = (finer + sectionCuts)
@@ -285,26 +463,8 @@ public final class StructureAnalyzer {
             return zip(edges, edges.dropFirst()).map { StructureRange(start: $0, end: $1, label: nil) }
         }
         var sections = ranges(sectionCuts)
-        // Label sections by similarity of their mean features: a section joins the first earlier label
-        // whose mean it matches with cosine ≥ 0.6, else gets the next letter.
-        var means: [[Double]] = []
-        var labels: [Int] = []
-        for (i, r) in sections.enumerated() {
-            let lo = min(x.count - 1, Int(r.start / bd)), hi = max(lo + 1, min(x.count, Int(r.end / bd)))
-            var m = [Double](repeating: 0, count: x[0].count)
-            for b in lo..<hi { for d in m.indices { m[d] += x[b][d] } }
-            let norm = max(1e-9, m.reduce(0) { $0 + $1 * $1 }.squareRoot())
-            m = m.map { $0 / norm }
-            var label = means.count
-            for (j, other) in means.enumerated() where zip(m, other).reduce(0, { $0 + $1.0 * $1.1 }) >= 0.6 {
-                label = labels[j]
-                break
-            }
-            means.append(m)
-            labels.append(label)
-            let letters = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
-            sections[i].label = label < letters.count ? String(letters[label]) : "S\(label)"
-        }
+        let letters = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+        for i in sections.indices { sections[i].label = labels[i] < letters.count ? String(letters[labels[i]]) : "S\(labels[i])" }
         var segments = ranges(segmentCuts)
         if let selection, let music {
             // Back to file times, cut to the music ranges (a range across a gap in two).
@@ -314,6 +474,13 @@ public final class StructureAnalyzer {
             }
             sections = toFile(sections)
             segments = toFile(segments)
+        }
+        // Section and segment boundaries move to the nearest bar line within half a bar (at most 2 s).
+        if bars.count >= 2 {
+            let gaps = zip(bars, bars.dropFirst()).map { $1 - $0 }.sorted()
+            let reach = min(2, gaps[gaps.count / 2] / 2)
+            sections = StructureAnalyzer.snap(sections, to: bars, within: reach)
+            segments = StructureAnalyzer.snap(segments, to: bars, within: reach)
         }
         // Phrases: four bars each, restarting at every segment boundary.
         var phrases: [StructureRange] = []
@@ -329,6 +496,47 @@ public final class StructureAnalyzer {
             }
         }
         return StructureResult(sections: sections, segments: segments, phrases: phrases, duration: duration)
+    }
+
+    /// `ranges` (back to back) with each inner boundary moved to the nearest of `bars` within `reach` s, when
+    /// that keeps both ranges it joins non-empty.
+    static func snap(_ ranges: [StructureRange], to bars: [Double], within reach: Double) -> [StructureRange] {
+        var out = ranges
+        guard out.count >= 2, !bars.isEmpty else { return out }
+        for k in 1..<out.count {
+            let t = out[k].start
+            guard let bar = bars.min(by: { abs($0 - t) < abs($1 - t) }), abs(bar - t) <= reach,
+                  bar > out[k - 1].start, bar < out[k].end, out[k - 1].end == t else { continue }
+            out[k].start = bar
+            out[k - 1].end = bar
+        }
+        return out
+    }
+
+    /// Pairwise label precision, recall and F-measure (Levy & Sandler 2008) over `frame`-s frames up to the
+    /// end of the reference: a pair of frames is "same" when their sections share a label; precision is the
+    /// share of the estimate's same pairs that are same in the reference. Frames outside every section of
+    /// one side get a label of their own there.
+    public static func pairwiseLabelF(estimated: [StructureRange], reference: [StructureRange], frame: Double = 0.5)
+        -> (precision: Double, recall: Double, f: Double) {
+        guard let end = reference.map(\.end).max(), end > 0 else { return (0, 0, 0) }
+        func label(_ r: [StructureRange], _ t: Double, _ i: Int) -> String {
+            r.first { $0.start <= t && t < $0.end }?.label ?? "frame \(i)"
+        }
+        var est: [String: Int] = [:], ref: [String: Int] = [:], both: [String: Int] = [:]
+        var i = 0
+        while Double(i) * frame + frame / 2 < end {
+            let t = Double(i) * frame + frame / 2
+            let e = label(estimated, t, i), r = label(reference, t, i)
+            est[e, default: 0] += 1
+            ref[r, default: 0] += 1
+            both[e + "\u{1}" + r, default: 0] += 1
+            i += 1
+        }
+        func pairs(_ c: [String: Int]) -> Double { c.values.reduce(0) { $0 + Double($1 * ($1 - 1) / 2) } }
+        let same = pairs(both), e = pairs(est), r = pairs(ref)
+        let precision = e > 0 ? same / e : 0, recall = r > 0 ? same / r : 0
+        return (precision, recall, precision + recall > 0 ? 2 * precision * recall / (precision + recall) : 0)
     }
 
     /// Boundary hit rate F-measure: an estimated boundary is right within `tolerance` s of an unmatched reference one.

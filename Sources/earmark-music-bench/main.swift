@@ -46,7 +46,8 @@ while let a = args.next() {
                    earmark-music-bench --instruments DIR [--model PATH] [--subset all|even|odd] [--no-solos] [--sweep] [--limit N] [--verbose]
                                        [--head PATH|labels]
                    earmark-music-bench --instruments DIR --train-head OUT [--model PATH] [--subset all|even|odd] [--embeddings CACHE]
-              DIR/key/manifest.tsv: path, tonic, mode, …; DIR/beats/manifest.tsv: path, beats_path, bpm, …
+              DIR/key/manifest.tsv: path, tonic, mode, …; DIR/beats/manifest.tsv: path, beats_path, bpm, …;
+              DIR/sections/manifest.tsv: path, sections_path, split, … (tools/section-data.sh: sections inside songs)
               --instruments DIR: DIR/manifest.tsv and per-piece truth (tools/instrument-data.sh): instrument activity
                 and pace on the mixes, instrument activity on the solo renders; --subset even|odd: every other piece
                 (a hold-out half); --sweep: F-measures for other activity thresholds; --head: the instrument head file to use
@@ -211,6 +212,59 @@ if let beatManifest = try? String(contentsOfFile: beatManifestPath, encoding: .u
         print("  truth -> found (pieces): " + confusion.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: "; "))
     }
     print(String(format: "speed: beat tracking %.0f × real-time on one core (decoding included)", seconds / max(cpuUsed, 1e-9)))
+}
+
+// Structure inside a song (tools/section-data.sh): songs in song forms whose truth is the sections and their
+// labels. Boundary F@3 s over the inner boundaries (not told the number of sections), and the pairwise label
+// F-measure over 0.5-s frames (a pair of frames is "same" when their sections share a label).
+let sectionManifestPath = data + "/sections/manifest.tsv"
+if !data.isEmpty, let sectionManifest = try? String(contentsOfFile: sectionManifestPath, encoding: .utf8) {
+    let rows = sectionManifest.split(separator: "\n")
+    let head = rows[0].split(separator: "\t").map(String.init)
+    let pc = head.firstIndex(of: "path")!, sc = head.firstIndex(of: "sections_path")!
+    let splitColumn = head.firstIndex(of: "split"), formColumn = head.firstIndex(of: "form")
+    // Per half: boundary F, pairwise P, R, F, pieces, |found sections - true sections|, label sequence right.
+    var halves = [[Double]](repeating: [0, 0, 0, 0, 0, 0, 0], count: 2)
+    var seconds = 0.0, cpuUsed = 0.0
+    for (index, row) in rows.dropFirst().prefix(limit).enumerated() {
+        let f = row.split(separator: "\t", omittingEmptySubsequences: false).map(String.init)
+        guard let text = try? String(contentsOfFile: f[sc], encoding: .utf8) else { continue }
+        let truth: [StructureRange] = text.split(separator: "\n").compactMap { line -> StructureRange? in
+            let p = line.split(separator: "\t")
+            guard p.count >= 3, let a = Double(p[0]), let b = Double(p[1]) else { return nil }
+            return StructureRange(start: a, end: b, label: String(p[2]))
+        }
+        let t0 = cpuSeconds()
+        let reader = try MultichannelFileReader(path: f[pc])
+        let tracker = try BeatTracker(inputRate: reader.sampleRate)
+        let analyzer = try StructureAnalyzer(inputRate: reader.sampleRate)
+        while let b = try reader.next() {
+            let mono = b.mono
+            tracker.append(mono)
+            analyzer.append(mono)
+        }
+        let rhythm = tracker.result()
+        let r = analyzer.result(bars: rhythm?.bars ?? [])
+        cpuUsed += cpuSeconds() - t0
+        seconds += r?.duration ?? 0
+        let found = r?.sections ?? []
+        let bf = StructureAnalyzer.boundaryF(estimated: found.dropFirst().map(\.start), reference: truth.dropFirst().map(\.start))
+        let (pp, pr, pf) = StructureAnalyzer.pairwiseLabelF(estimated: found, reference: truth)
+        let foundForm = found.compactMap(\.label).joined()
+        let trueForm = truth.compactMap(\.label).joined()
+        let half = splitColumn.map { f[$0] == "odd" ? 1 : 0 } ?? index % 2
+        for (k, v) in [bf, pp, pr, pf, 1, Double(abs(found.count - truth.count)), foundForm == trueForm ? 1 : 0].enumerated() { halves[half][k] += v }
+        if verbose {
+            print(String(format: "  %@ (%@): boundary F %.2f, pairwise F %.2f; truth %@ at %@; found %@ at %@", (f[pc] as NSString).lastPathComponent,
+                         formColumn.map { f[$0] } ?? "", bf, pf, trueForm, truth.dropFirst().map { String(format: "%.0f", $0.start) }.joined(separator: ","),
+                         foundForm, found.dropFirst().map { String(format: "%.0f", $0.start) }.joined(separator: ",")))
+        }
+    }
+    for (name, h) in zip(["even", "odd"], halves) where h[4] > 0 {
+        print(String(format: "sections inside songs, %@ half (%.0f songs): boundary F@3 s %.3f (not told the count); pairwise label P %.3f, R %.3f, F %.3f; form exactly right %.0f of %.0f; mean |sections found - true| %.2f",
+                     name, h[4], h[0] / h[4], h[1] / h[4], h[2] / h[4], h[3] / h[4], h[6], h[4], h[5] / h[4]))
+    }
+    print(String(format: "speed: rhythm and structure %.0f × real-time on one core (decoding included)", seconds / max(cpuUsed, 1e-9)))
 }
 
 // Structure on medleys of real tracks: 3–5 excerpts of 20–60 s from different tracks of the corpus,
