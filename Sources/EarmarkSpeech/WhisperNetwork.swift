@@ -487,7 +487,6 @@ public final class WhisperNetwork {
         }
     }
 
-    /// GELU with the error function (not the tanh approximation), in place.
     /// The input of a kernel-3, zero-padded 1-D convolution as GEMM rows:
     /// `columns[t][c·3 + k] = input[stride·t + k − 1][c]`, zero outside the `frames` input frames (frame-major).
     static func unfold(_ input: UnsafePointer<Float>, frames: Int, channels: Int, stride: Int, outputFrames: Int,
@@ -506,12 +505,9 @@ public final class WhisperNetwork {
         }
     }
 
+    /// GELU with the error function (not the tanh approximation), in place (8 values at a time with AVX2; see `earmark_gelu`).
     static func gelu(_ x: UnsafeMutablePointer<Float>, count: Int) {
-        let r = Float(0.5).squareRoot()
-        for i in 0..<count {
-            let v = x[i]
-            x[i] = 0.5 * v * (1 + erff(v * r))
-        }
+        earmark_gelu(x, count)
     }
 
     /// Softmax in place (8 values at a time with AVX2; see `earmark_softmax`).

@@ -33,4 +33,12 @@ void earmark_softmax(float *x, long count);
 // earmark_softmax with the portable code only (for tests).
 void earmark_softmax_portable(float *x, long count);
 
+// In place: x[i] = x[i]/2 · (1 + erf(x[i]/√2)) (GELU with the error function, as Whisper's). With AVX2 + FMA, 8 values at
+// a time with erfc from Abramowitz and Stegun 7.1.26 (absolute error below 1.5 × 10⁻⁷, so each result is within
+// about 3 × 10⁻⁷ · |x| of the exact one) and the softmax's exp; otherwise libm's erff, one value at a time.
+void earmark_gelu(float *x, long count);
+
+// earmark_gelu with the portable code only (for tests).
+void earmark_gelu_portable(float *x, long count);
+
 #endif
