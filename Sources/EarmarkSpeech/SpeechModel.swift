@@ -38,7 +38,7 @@ public enum DecoderWeights: String, Sendable, CaseIterable {
 
     /// What ``SpeechModel/init(path:decoderWeights:)`` uses unless told otherwise: int8, which measured the same
     /// word error rate as float16 or lower (en-isolated 5.5 % against 5.6 %, en-long 3.3 % against 4.1 %, beam 5) for
-    /// about 30 % less CPU on long audio (docs/benchmarks.md).
+    /// about a quarter less CPU on long audio (docs/benchmarks.md).
     public static let standard: DecoderWeights = .int8
 }
 
