@@ -1,4 +1,4 @@
-// Softmax in place for the attention of Whisper's networks; see include/CHalfGEMM.h.
+// Softmax and GELU in place for Whisper's networks; see include/CHalfGEMM.h.
 #include "CHalfGEMM.h"
 #include "dispatch.h"
 
@@ -14,6 +14,11 @@ void earmark_softmax_portable(float *x, long count) {
     }
     float inverse = 1 / sum;
     for (long i = 0; i < count; i++) x[i] *= inverse;
+}
+
+void earmark_gelu_portable(float *x, long count) {
+    const float r = 0.70710678118654752f;
+    for (long i = 0; i < count; i++) x[i] = 0.5f * x[i] * (1 + erff(x[i] * r));
 }
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -42,6 +47,34 @@ static inline __attribute__((always_inline)) EARMARK_AVX2 __m256 exp_nonpositive
     __m256i scale = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(scale));
     return _mm256_andnot_ps(underflow, e);
+}
+
+// GELU(v) = v/2 · (1 + erf(v/√2)) with erfc(z) ≈ P(t) · exp(−z²), t = 1 / (1 + 0.3275911 z), z = |v|/√2 (Abramowitz and
+// Stegun 7.1.26, a fifth-degree P: |error| < 1.5 × 10⁻⁷); for v < 0, 1 + erf(−z) = erfc(z) is used as it is (no
+// cancellation), for v ≥ 0, 2 − erfc(z).
+static inline __attribute__((always_inline)) EARMARK_AVX2 __m256 gelu8(__m256 v) {
+    const __m256 signBit = _mm256_set1_ps(-0.0f);
+    __m256 z = _mm256_mul_ps(_mm256_andnot_ps(signBit, v), _mm256_set1_ps(0.70710678118654752f));
+    __m256 t = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_fmadd_ps(z, _mm256_set1_ps(0.3275911f), _mm256_set1_ps(1.0f)));
+    __m256 p = _mm256_set1_ps(1.061405429f);
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.453152027f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.421413741f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.284496736f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.254829592f));
+    p = _mm256_mul_ps(p, t);
+    __m256 erfc = _mm256_mul_ps(p, exp_nonpositive(_mm256_mul_ps(_mm256_xor_ps(z, signBit), z)));
+    __m256 positive = _mm256_sub_ps(_mm256_set1_ps(2.0f), erfc);
+    __m256 onePlusErf = _mm256_blendv_ps(positive, erfc, v);   // v's sign bit chooses erfc
+    return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), v), onePlusErf);
+}
+
+static EARMARK_AVX2 void gelu_avx2(float *x, long count) {
+    long full = count & ~7L, rest = count - full;
+    for (long i = 0; i < full; i += 8) _mm256_storeu_ps(x + i, gelu8(_mm256_loadu_ps(x + i)));
+    if (rest > 0) {
+        __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rest), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        _mm256_maskstore_ps(x + full, mask, gelu8(_mm256_maskload_ps(x + full, mask)));
+    }
 }
 
 static EARMARK_AVX2 void softmax_avx2(float *x, long count) {
@@ -86,4 +119,15 @@ void earmark_softmax(float *x, long count) {
     }
 #endif
     earmark_softmax_portable(x, count);
+}
+
+void earmark_gelu(float *x, long count) {
+    if (count <= 0) return;
+#if defined(__x86_64__) || defined(__i386__)
+    if (earmark_has_avx2_fma_f16c()) {
+        gelu_avx2(x, count);
+        return;
+    }
+#endif
+    earmark_gelu_portable(x, count);
 }

@@ -1,3 +1,4 @@
+import CHalfGEMM
 import EarmarkAudio
 import Foundation
 
@@ -20,6 +21,26 @@ public struct SpeechModelError: Error, CustomStringConvertible, Sendable, Equata
         self.message = message
     }
     public var description: String { message }
+}
+
+/// How the weights the decoder reads at every token are held in memory (``SpeechModel/halfPrecisionTensors(_:)``:
+/// every decoder linear layer but the cross-attention key/value projection, and the token embedding, which is
+/// also the output projection).
+public enum DecoderWeights: String, Sendable, CaseIterable {
+    /// The model file's own float16 values, widened to Float32 as the GEMM reads them (the same values as
+    /// Float32 weights; results equal CTranslate2's float32 ones up to the order of the sums): 97 MB for Whisper base.
+    case float16
+    /// Quantised once when loading to int8 with a Float32 scale per output row (max |w| / 127, as CTranslate2's
+    /// int8 mode), each input row to int16 at every product, sums exact in integers: 48 MB, half the bytes a
+    /// decoder step reads, and the same results on every CPU. Not the float weights: transcripts can differ in a
+    /// word here and there (3 of 150 English prompts).
+    case int8
+
+    /// What ``SpeechModel/init(path:decoderWeights:)`` uses unless told otherwise: float16. int8 measured the same
+    /// word error rate or lower (en-isolated 5.5 % against 5.6 %, en-long 3.3 % against 4.1 %, beam 5) for about a
+    /// quarter less CPU on long audio (docs/benchmarks.md), but the server's in-process transcription gave another
+    /// language probability with it than the command line (0.98413 against 0.98489 on one prompt), not yet understood.
+    public static let standard: DecoderWeights = .float16
 }
 
 /// Sizes of a Whisper network (header field `architecture`).
@@ -109,7 +130,8 @@ struct SpeechModelHeader: Codable, Sendable {
 /// Every byte is treated as untrusted: loading checks the magic, version, sizes and checksum, and that
 /// every tensor has the shape the stated architecture needs, so a truncated, damaged or foreign file is
 /// refused with a ``SpeechModelError``. The float16 weights are widened to Float32 once, here, except those the
-/// decoder reads at every token, which stay float16 (``halfPrecisionTensors(_:)``).
+/// decoder reads at every token (``halfPrecisionTensors(_:)``), which stay float16 or are quantised to int8
+/// (``DecoderWeights``).
 ///
 /// ```swift
 /// let model = try SpeechModel(path: "models/whisper-base.emodel")
@@ -143,10 +165,12 @@ public struct SpeechModel: Sendable {
     public let alignmentHeads: [(layer: Int, head: Int)]
     /// The tokenizer for this model's vocabulary.
     public let tokenizer: WhisperTokenizer
+    /// How the decoder's per-token weights are held (float16 as in the file, or int8 quantised when loading).
+    public let decoderWeights: DecoderWeights
     let weights: WeightStorage
 
-    /// Reads and checks a model file.
-    public init(path: String) throws {
+    /// Reads and checks a model file; `decoderWeights` says how the decoder's per-token weights are kept.
+    public init(path: String, decoderWeights: DecoderWeights = .standard) throws {
         guard FileManager.default.fileExists(atPath: path) else {
             throw SpeechModelError(.notFound, "no speech model at \(path) (run tools/fetch-speech-model.sh to fetch and convert Whisper base)")
         }
@@ -162,21 +186,21 @@ public struct SpeechModel: Sendable {
             throw SpeechModelError(.invalidFile, "cannot read the speech model \(path): \(String(cString: strerror(errno)))")
         }
         let size = Int(info.st_size)
-        guard size > 0 else { try self.init(data: Data(), name: path); return }
+        guard size > 0 else { try self.init(data: Data(), name: path, decoderWeights: decoderWeights); return }
         guard let mapped = mmap(nil, size, PROT_READ, MAP_PRIVATE, fd, 0), mapped != MAP_FAILED else {
             throw SpeechModelError(.invalidFile, "cannot map the speech model \(path): \(String(cString: strerror(errno)))")
         }
         let data = Data(bytesNoCopy: mapped, count: size, deallocator: .custom { pointer, count in munmap(pointer, count) })
-        try self.init(data: data, name: path, fileMapped: true)
+        try self.init(data: data, name: path, fileMapped: true, decoderWeights: decoderWeights)
     }
 
     /// Parses a model from its bytes; `name` is used in error messages.
-    public init(data: Data, name fileName: String = "model") throws {
-        try self.init(data: data, name: fileName, fileMapped: false)
+    public init(data: Data, name fileName: String = "model", decoderWeights: DecoderWeights = .standard) throws {
+        try self.init(data: data, name: fileName, fileMapped: false, decoderWeights: decoderWeights)
     }
 
     /// `fileMapped`: `data` is a read-only private mapping of a file, whose pages may be released once read.
-    private init(data: Data, name fileName: String, fileMapped: Bool) throws {
+    private init(data: Data, name fileName: String, fileMapped: Bool, decoderWeights: DecoderWeights) throws {
         func bad(_ why: String) -> SpeechModelError {
             SpeechModelError(.invalidFile, "\(fileName) is not a usable speech model: \(why)")
         }
@@ -218,7 +242,10 @@ public struct SpeechModel: Sendable {
             let total = expected.values.reduce(0) { $0 + $1.reduce(1, *) }
             let halfTotal = expected.filter { half.contains($0.key) }.values.reduce(0) { $0 + $1.reduce(1, *) }
             guard total <= blob.count / 2 else { throw inconsistent("the file holds fewer weights than its architecture needs") }
-            let weights = WeightStorage(count: total - halfTotal, halfCount: halfTotal)
+            let quantise = decoderWeights == .int8
+            let halfRows = expected.filter { half.contains($0.key) }.values.reduce(0) { $0 + $1[0] }
+            let weights = WeightStorage(count: total - halfTotal, halfCount: quantise ? 0 : halfTotal,
+                                        quantizedCount: quantise ? halfTotal : 0, scaleCount: quantise ? halfRows : 0)
             for (tensorName, shape) in expected.sorted(by: { $0.key < $1.key }) {
                 guard let entry = header.tensors[tensorName] else { throw inconsistent("no tensor \(tensorName)") }
                 guard entry.shape == shape else { throw inconsistent("\(tensorName) has shape \(entry.shape), the architecture needs \(shape)") }
@@ -228,7 +255,22 @@ public struct SpeechModel: Sendable {
                 else { throw inconsistent("\(tensorName) is not \(count) float16 values inside the blob") }
                 let base = blob.baseAddress! + entry.offset
                 var finite = true
-                if half.contains(tensorName) {
+                if half.contains(tensorName) && quantise {
+                    // Quantised row by row (each row's float16 values copied out first: the blob need not be aligned).
+                    let rows = shape[0], cols = count / max(1, rows)
+                    let (out, scales) = weights.addQuantized(tensorName, rows: rows, cols: cols)
+                    withUnsafeTemporaryAllocation(of: UInt16.self, capacity: max(1, cols)) { row in
+                        for j in 0..<rows {
+                            for i in 0..<cols {
+                                let bits = UInt16(littleEndian: base.loadUnaligned(fromByteOffset: 2 * (j * cols + i), as: UInt16.self))
+                                finite = finite && bits & 0x7C00 != 0x7C00
+                                row[i] = bits
+                            }
+                            guard finite else { return }
+                            earmark_quantise_half_rows(row.baseAddress, 1, cols, out + j * cols, scales + j)
+                        }
+                    }
+                } else if half.contains(tensorName) {
                     // Kept as float16 bit patterns (read by the half-precision GEMM); finite means exponent bits not all set.
                     let out = weights.addHalf(tensorName, count: count)
                     for i in 0..<count {
@@ -280,6 +322,7 @@ public struct SpeechModel: Sendable {
         }
         self.tokenizer = tokenizer
         self.weights = weights
+        self.decoderWeights = decoderWeights
     }
 
     /// The sums of `blobChecksum`: over little-endian UInt64 words w, s1 = Σ w[i], s2 = Σ (i + 1)·w[i], both mod 2⁶⁴.
@@ -355,8 +398,15 @@ public struct SpeechModel: Sendable {
     /// A weight tensor widened to Float32 (present: the loader checked every name the network reads).
     func tensor(_ name: String) -> UnsafePointer<Float> { weights.pointer(name) }
 
-    /// A weight tensor kept as float16 bit patterns (one of ``halfPrecisionTensors(_:)``).
-    func halfTensor(_ name: String) -> UnsafePointer<UInt16> { weights.halfPointer(name) }
+    /// One of ``halfPrecisionTensors(_:)`` as the decoder reads it: float16 bit patterns, or int8 rows with their scales.
+    func decoderTensor(_ name: String) -> DecoderMatrix {
+        switch decoderWeights {
+        case .float16: return .half(weights.halfPointer(name))
+        case .int8:
+            let (values, scales) = weights.quantizedPointer(name)
+            return .int8(values, scales: scales)
+        }
+    }
 
     /// The weights kept as float16, as in the file: the token embedding (also the output projection) and every
     /// decoder layer's linear weights read at each token, except the cross-attention key/value projection (run once
@@ -378,27 +428,58 @@ public struct SpeechModel: Sendable {
     public func language(code: String) -> WhisperLanguage? { languages.first { $0.code == code } }
 }
 
-/// Every weight of a model in one Float32 allocation and one float16 allocation (the tensors the decoder reads
-/// at every token), written once while loading and only read after that; `@unchecked Sendable` is safe because
-/// nothing mutates it once ``SpeechModel`` holds it.
+/// A decoder weight matrix (rows = outputs) as the decoder's GEMMs read it.
+enum DecoderMatrix {
+    /// float16 bit patterns, row-major.
+    case half(UnsafePointer<UInt16>)
+    /// int8 values, row-major, and a Float32 scale per row.
+    case int8(UnsafePointer<Int8>, scales: UnsafePointer<Float>)
+}
+
+/// Every weight of a model in one Float32 allocation and one float16 or int8 allocation (the tensors the decoder
+/// reads at every token), written once while loading and only read after that; `@unchecked Sendable` is safe
+/// because nothing mutates it once ``SpeechModel`` holds it.
 final class WeightStorage: @unchecked Sendable {
     private let base: UnsafeMutablePointer<Float>
     private let halfBase: UnsafeMutablePointer<UInt16>
-    private let capacity: Int, halfCapacity: Int
-    private var used = 0, halfUsed = 0
+    private let quantizedBase: UnsafeMutablePointer<Int8>
+    private let scaleBase: UnsafeMutablePointer<Float>
+    private let capacity: Int, halfCapacity: Int, quantizedCapacity: Int, scaleCapacity: Int
+    private var used = 0, halfUsed = 0, quantizedUsed = 0, scalesUsed = 0
     private var offsets: [String: Int] = [:]
     private var halfOffsets: [String: Int] = [:]
+    private var quantizedOffsets: [String: (values: Int, scales: Int)] = [:]
 
-    init(count: Int, halfCount: Int) {
+    init(count: Int, halfCount: Int, quantizedCount: Int = 0, scaleCount: Int = 0) {
         capacity = count
         halfCapacity = halfCount
+        quantizedCapacity = quantizedCount
+        scaleCapacity = scaleCount
         base = .allocate(capacity: max(1, count))
         halfBase = .allocate(capacity: max(1, halfCount))
+        quantizedBase = .allocate(capacity: max(1, quantizedCount))
+        scaleBase = .allocate(capacity: max(1, scaleCount))
     }
 
     deinit {
         base.deallocate()
         halfBase.deallocate()
+        quantizedBase.deallocate()
+        scaleBase.deallocate()
+    }
+
+    /// Reserves `rows × cols` int8 values and `rows` scales for `name` (loading only).
+    func addQuantized(_ name: String, rows: Int, cols: Int) -> (UnsafeMutablePointer<Int8>, UnsafeMutablePointer<Float>) {
+        precondition(quantizedUsed + rows * cols <= quantizedCapacity && scalesUsed + rows <= scaleCapacity)
+        quantizedOffsets[name] = (quantizedUsed, scalesUsed)
+        quantizedUsed += rows * cols
+        scalesUsed += rows
+        return (quantizedBase + (quantizedUsed - rows * cols), scaleBase + (scalesUsed - rows))
+    }
+
+    func quantizedPointer(_ name: String) -> (UnsafePointer<Int8>, UnsafePointer<Float>) {
+        let o = quantizedOffsets[name]!
+        return (UnsafePointer(quantizedBase + o.values), UnsafePointer(scaleBase + o.scales))
     }
 
     /// Reserves `count` Float32 values for `name` (loading only).
@@ -435,13 +516,13 @@ extension SpeechModel {
     }
 
     /// Loads `path`, or the first default candidate that exists; a missing default names every place it looked.
-    public static func load(path: String?) throws -> SpeechModel {
-        if let path { return try SpeechModel(path: path) }
+    public static func load(path: String?, decoderWeights: DecoderWeights = .standard) throws -> SpeechModel {
+        if let path { return try SpeechModel(path: path, decoderWeights: decoderWeights) }
         let places = defaultPathCandidates()
         guard let found = places.first(where: { FileManager.default.fileExists(atPath: $0) }) else {
             throw SpeechModelError(.notFound, "no speech model found (looked in \(places.joined(separator: ", "))); "
                                    + "run tools/fetch-speech-model.sh to fetch and convert Whisper base, or pass --model")
         }
-        return try SpeechModel(path: found)
+        return try SpeechModel(path: found, decoderWeights: decoderWeights)
     }
 }

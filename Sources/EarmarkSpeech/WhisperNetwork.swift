@@ -3,7 +3,8 @@ import COpenBLAS
 import Foundation
 
 /// Whisper's encoder and decoder, with the decoder's key/value caches: the encoder in Float32 on OpenBLAS, the
-/// decoder's per-token products on float16 weights widened to Float32 inside the GEMM (`CHalfGEMM`), Float32 sums.
+/// decoder's per-token products on float16 weights widened to Float32 inside the GEMM (`CHalfGEMM`), Float32 sums,
+/// or on int8 weights with a scale per row (``SpeechModel/decoderWeights``, `earmark_int8_gemm`).
 ///
 /// The encoder reads one 30-s window of log-mel frames (frame-major, `chunkFrames × melBands`) and
 /// leaves `audioContext × audioState` values in ``encoderOutput``; ``prepareDecoder()`` then projects them to
@@ -17,9 +18,9 @@ public final class WhisperNetwork {
         var bias: UnsafePointer<Float>
         var rows: Int, cols: Int
     }
-    /// A linear layer whose weights stay float16 (the decoder's per-token layers: half the bytes to read per step).
+    /// A linear layer whose weights stay float16 or int8 (the decoder's per-token layers: fewer bytes to read per step).
     struct HalfLinear {
-        var weight: UnsafePointer<UInt16>
+        var weight: DecoderMatrix
         var bias: UnsafePointer<Float>
         var rows: Int, cols: Int
     }
@@ -42,8 +43,8 @@ public final class WhisperNetwork {
     let conv1: Linear, conv2: Linear
     let encoderPositions: UnsafePointer<Float>, encoderNorm: Norm
     let encoderLayers: [EncoderLayer]
-    /// The token embedding (float16), also the output projection.
-    let embeddings: UnsafePointer<UInt16>
+    /// The token embedding (float16 or int8), also the output projection.
+    let embeddings: DecoderMatrix
     let decoderPositions: UnsafePointer<Float>, decoderNorm: Norm
     let decoderLayers: [DecoderLayer]
 
@@ -76,6 +77,8 @@ public final class WhisperNetwork {
     private var ta: UnsafeMutablePointer<Float>
     private var tf: UnsafeMutablePointer<Float>
     private var logitsBuffer: UnsafeMutablePointer<Float>
+    /// The int8 GEMM's quantised input rows (`earmark_int8_gemm_scratch_count(rows, 4 · d)`; one value without int8 weights).
+    private var quantizedRows: UnsafeMutablePointer<Int16>
     /// Cache slots (and rows a step may run) allocated; 1 until ``reserveSlots(_:)`` asks for more.
     private(set) var slots = 1
     /// Attention weights of one decoder query.
@@ -110,7 +113,7 @@ public final class WhisperNetwork {
             Linear(weight: model.tensor(p + "/weight"), bias: model.tensor(p + "/bias"), rows: rows, cols: cols)
         }
         func half(_ p: String, _ rows: Int, _ cols: Int) -> HalfLinear {
-            HalfLinear(weight: model.halfTensor(p + "/weight"), bias: model.tensor(p + "/bias"), rows: rows, cols: cols)
+            HalfLinear(weight: model.decoderTensor(p + "/weight"), bias: model.tensor(p + "/bias"), rows: rows, cols: cols)
         }
         func norm(_ p: String) -> Norm { Norm(gamma: model.tensor(p + "/layer_norm/gamma"), beta: model.tensor(p + "/layer_norm/beta")) }
         let d = a.audioState
@@ -124,7 +127,7 @@ public final class WhisperNetwork {
                                 output: linear(p + "/self_attention/linear_1", d, d),
                                 ffnNorm: norm(p + "/ffn"), ffn0: linear(p + "/ffn/linear_0", 4 * d, d), ffn1: linear(p + "/ffn/linear_1", d, 4 * d))
         }
-        embeddings = model.halfTensor("decoder/embeddings/weight")
+        embeddings = model.decoderTensor("decoder/embeddings/weight")
         decoderPositions = model.tensor("decoder/position_encodings/encodings")
         decoderNorm = norm("decoder")
         decoderLayers = (0..<a.textLayers).map { i in
@@ -168,12 +171,18 @@ public final class WhisperNetwork {
         allocations = made
         (selfKeys, selfValues, tx, th, tqkv, ta, tf, logitsBuffer) = WhisperNetwork.rowBuffers(
             slots: 1, layers: a.textLayers, textContext: a.textContext, d: d, vocabulary: a.vocabularySize)
+        quantizedRows = WhisperNetwork.quantizedScratch(model: model, rows: max(1, WhisperNetwork.prefillRows), d: d)
         openblas_set_num_threads(1)
     }
 
     deinit {
         for p in allocations { p.deallocate() }
         for p in [selfKeys, selfValues, tx, th, tqkv, ta, tf, logitsBuffer] { p.deallocate() }
+        quantizedRows.deallocate()
+    }
+
+    private static func quantizedScratch(model: SpeechModel, rows: Int, d: Int) -> UnsafeMutablePointer<Int16> {
+        .allocate(capacity: model.decoderWeights == .int8 ? max(1, earmark_int8_gemm_scratch_count(rows, 4 * d)) : 1)
     }
 
     private static func rowBuffers(slots: Int, layers: Int, textContext: Int, d: Int, vocabulary: Int) -> (
@@ -206,6 +215,8 @@ public final class WhisperNetwork {
         }
         for p in [selfKeys, selfValues, tx, th, tqkv, ta, tf, logitsBuffer] { p.deallocate() }
         (selfKeys, selfValues, tx, th, tqkv, ta, tf, logitsBuffer) = fresh
+        quantizedRows.deallocate()
+        quantizedRows = WhisperNetwork.quantizedScratch(model: model, rows: max(count, WhisperNetwork.prefillRows), d: d)
         slots = count
     }
 
@@ -340,13 +351,19 @@ public final class WhisperNetwork {
             let t = token(r), pos = position(r)
             precondition(t >= 0 && t < vocabulary && slot(r) >= 0 && slot(r) < slots && pos < textContext)
             let pe = decoderPositions + pos * d, x = tx + r * d
-            earmark_half_to_float(embeddings + t * d, x, d)
+            switch embeddings {
+            case .half(let e):
+                earmark_half_to_float(e + t * d, x, d)
+            case .int8(let e, let scales):
+                let row = e + t * d, scale = scales[t]
+                for i in 0..<d { x[i] = Float(row[i]) * scale }
+            }
             for i in 0..<d { x[i] += pe[i] }
         }
         for (l, layer) in decoderLayers.enumerated() {
             // Self-attention over positions 0…p of each row's own cache.
             WhisperNetwork.layerNorm(tx, rows: rows, width: d, layer.selfNorm, into: th)
-            WhisperNetwork.halfLinear(th, rows: rows, layer.qkv, into: tqkv, accumulate: false)
+            halfLinear(th, rows: rows, layer.qkv, into: tqkv, accumulate: false)
             for r in 0..<rows {
                 let offset = (slot(r) * layers + l) * textContext * d, p = position(r)
                 let keys = selfKeys + offset, values = selfValues + offset, q = tqkv + r * 3 * d
@@ -354,10 +371,10 @@ public final class WhisperNetwork {
                 (values + p * d).update(from: q + 2 * d, count: d)
                 attend(query: q, keys: keys, values: values, count: p + 1, scale: scale, into: ta + r * d)
             }
-            WhisperNetwork.halfLinear(ta, rows: rows, layer.selfOutput, into: tx, accumulate: true)
+            halfLinear(ta, rows: rows, layer.selfOutput, into: tx, accumulate: true)
             // Cross-attention over the window.
             WhisperNetwork.layerNorm(tx, rows: rows, width: d, layer.crossNorm, into: th)
-            WhisperNetwork.halfLinear(th, rows: rows, layer.crossQuery, into: tqkv, accumulate: false)
+            halfLinear(th, rows: rows, layer.crossQuery, into: tqkv, accumulate: false)
             if capture == nil && rows > 1 {
                 var start = 0
                 while start < rows {
@@ -372,12 +389,12 @@ public final class WhisperNetwork {
                            scale: scale, into: ta + r * d, captureLayer: capture == nil ? nil : l)
                 }
             }
-            WhisperNetwork.halfLinear(ta, rows: rows, layer.crossOutput, into: tx, accumulate: true)
+            halfLinear(ta, rows: rows, layer.crossOutput, into: tx, accumulate: true)
             // Feed-forward.
             WhisperNetwork.layerNorm(tx, rows: rows, width: d, layer.ffnNorm, into: th)
-            WhisperNetwork.halfLinear(th, rows: rows, layer.ffn0, into: tf, accumulate: false)
+            halfLinear(th, rows: rows, layer.ffn0, into: tf, accumulate: false)
             WhisperNetwork.gelu(tf, count: rows * 4 * d)
-            WhisperNetwork.halfLinear(tf, rows: rows, layer.ffn1, into: tx, accumulate: true)
+            halfLinear(tf, rows: rows, layer.ffn1, into: tx, accumulate: true)
         }
         // The output projection is the token embedding matrix (not needed while only attention is collected).
         guard capture == nil, logits else { return }
@@ -385,7 +402,7 @@ public final class WhisperNetwork {
         // A prefill group: only the last position's logits are wanted.
         let logitRows = sameSlot ? 1 : rows
         WhisperNetwork.layerNorm(tx + (rows - logitRows) * d, rows: logitRows, width: d, decoderNorm, into: th)
-        earmark_half_gemm(logitRows, vocabulary, d, th, d, embeddings, d, nil, logitsBuffer, vocabulary, 0)
+        product(rows: logitRows, n: vocabulary, k: d, th, embeddings, bias: nil, into: logitsBuffer, accumulate: false)
     }
 
     /// Reads `tokens` from position 0 (after ``prepareDecoder()``) and returns the cross-attention logits
@@ -461,12 +478,23 @@ public final class WhisperNetwork {
                     input, Int32(layer.cols), layer.weight, Int32(layer.cols), 1, out, Int32(n))
     }
 
-    /// out[r] (+)= W · input[r] + b for `rows` rows with the layer's float16 weights (any row count; the kernel is
-    /// made for few rows, as the decoder's steps have).
-    static func halfLinear(_ input: UnsafePointer<Float>, rows: Int, _ layer: HalfLinear, into out: UnsafeMutablePointer<Float>,
-                           accumulate: Bool) {
-        earmark_half_gemm(rows, layer.rows, layer.cols, input, layer.cols, layer.weight, layer.cols, layer.bias, out, layer.rows,
-                          accumulate ? 1 : 0)
+    /// out[r] (+)= W · input[r] + b for `rows` rows with the layer's float16 or int8 weights (at most
+    /// max(``slots``, ``prefillRows``) rows; the kernels are made for few rows, as the decoder's steps have).
+    func halfLinear(_ input: UnsafePointer<Float>, rows: Int, _ layer: HalfLinear, into out: UnsafeMutablePointer<Float>,
+                    accumulate: Bool) {
+        product(rows: rows, n: layer.rows, k: layer.cols, input, layer.weight, bias: layer.bias, into: out, accumulate: accumulate)
+    }
+
+    /// out[r · n + j] (+)= Σ_p input[r · k + p] · W[j][p] (+ bias[j]) for a decoder matrix W of n rows of k values.
+    private func product(rows: Int, n: Int, k: Int, _ input: UnsafePointer<Float>, _ matrix: DecoderMatrix, bias: UnsafePointer<Float>?,
+                         into out: UnsafeMutablePointer<Float>, accumulate: Bool) {
+        switch matrix {
+        case .half(let w):
+            earmark_half_gemm(rows, n, k, input, k, w, k, bias, out, n, accumulate ? 1 : 0)
+        case .int8(let w, let scales):
+            precondition(rows <= max(slots, WhisperNetwork.prefillRows) && k <= 4 * d)
+            earmark_int8_gemm(rows, n, k, input, k, w, k, scales, bias, out, n, accumulate ? 1 : 0, quantizedRows)
+        }
     }
 
     /// Layer normalisation of each row (ε = 10⁻⁵), scaled by γ and shifted by β.
@@ -487,7 +515,6 @@ public final class WhisperNetwork {
         }
     }
 
-    /// GELU with the error function (not the tanh approximation), in place.
     /// The input of a kernel-3, zero-padded 1-D convolution as GEMM rows:
     /// `columns[t][c·3 + k] = input[stride·t + k − 1][c]`, zero outside the `frames` input frames (frame-major).
     static func unfold(_ input: UnsafePointer<Float>, frames: Int, channels: Int, stride: Int, outputFrames: Int,
@@ -506,12 +533,9 @@ public final class WhisperNetwork {
         }
     }
 
+    /// GELU with the error function (not the tanh approximation), in place (8 values at a time with AVX2; see `earmark_gelu`).
     static func gelu(_ x: UnsafeMutablePointer<Float>, count: Int) {
-        let r = Float(0.5).squareRoot()
-        for i in 0..<count {
-            let v = x[i]
-            x[i] = 0.5 * v * (1 + erff(v * r))
-        }
+        earmark_gelu(x, count)
     }
 
     /// Softmax in place (8 values at a time with AVX2; see `earmark_softmax`).

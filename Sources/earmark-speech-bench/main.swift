@@ -7,6 +7,7 @@
 // the speech with the sound model first (its time is included). --json: one JSON object a line per file
 // ({file, audio, seconds, language, text}) instead, then {audio, seconds} for all (tools/speech-eval.sh reads it).
 // --short-padding S: TranscriptionOptions.shortWindowPadding; --no-previous-text: conditionOnPreviousText off.
+// --decoder-weights float16|int8: how the decoder's per-token weights are held (DecoderWeights; default: the library's).
 // --trace: every window's start, temperature, mean log-probability, compression ratio, no-speech probability and
 // text on standard error, and with --json every segment ({start, end, text}) in the file's line.
 import EarmarkKit
@@ -22,6 +23,7 @@ var json = false
 var shortPadding: Double?
 var previousText = true
 var trace = false
+var decoderWeights = DecoderWeights.standard
 var args = CommandLine.arguments.dropFirst().makeIterator()
 while let a = args.next() {
     switch a {
@@ -34,9 +36,16 @@ while let a = args.next() {
     case "--short-padding": shortPadding = args.next().flatMap { Double($0) }
     case "--no-previous-text": previousText = false
     case "--trace": trace = true
+    case "--decoder-weights":
+        let value = args.next() ?? ""
+        guard let w = DecoderWeights(rawValue: value) else {
+            FileHandle.standardError.write(Data("earmark-speech-bench: --decoder-weights takes float16 or int8, not \(value)\n".utf8))
+            exit(2)
+        }
+        decoderWeights = w
     case "-h", "--help":
         print("usage: earmark-speech-bench [--model PATH] [--language CODE] [--beam N] [--words] [--detect SOUND-MODEL] [--json] "
-              + "[--short-padding SECONDS] [--no-previous-text] [--trace] FILE...")
+              + "[--short-padding SECONDS] [--no-previous-text] [--trace] [--decoder-weights float16|int8] FILE...")
         exit(0)
     default: files.append(a)
     }
@@ -49,7 +58,7 @@ let clock = ContinuousClock()
 func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) * 1e-18 }
 do {
     var start = clock.now
-    let model = try SpeechModel(path: modelPath)
+    let model = try SpeechModel(path: modelPath, decoderWeights: decoderWeights)
     let recognizer = WhisperRecognizer(model: model)
     if trace {
         recognizer.windowObserver = { start, d, skipped in

@@ -54,6 +54,11 @@ struct TranscribeCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Speech model file (.emodel).", valueName: "path"))
     var model: String?
 
+    @Option(name: .customLong("decoder-weights"),
+            help: ArgumentHelp("How the decoder's per-token weights are held: float16 (the file's values) or int8 (quantised when loading, half the bytes a step reads).",
+                               valueName: "float16|int8"))
+    var decoderWeights: String = DecoderWeights.standard.rawValue
+
     @Option(name: .customLong("sound-model"), help: ArgumentHelp("Sound model file (.emodel) that finds the speech.", valueName: "path"))
     var soundModel: String?
 
@@ -68,12 +73,13 @@ struct TranscribeCommand: AsyncParsableCommand {
         if json && format != .text && format != .json { throw ValidationError("--json and --format \(format.rawValue) disagree.") }
         if language.isEmpty { throw ValidationError("--language needs a code such as en, or auto.") }
         if !(1...16).contains(beam) { throw ValidationError("--beam must be 1 to 16.") }
+        if DecoderWeights(rawValue: decoderWeights) == nil { throw ValidationError("--decoder-weights must be float16 or int8.") }
     }
 
     mutating func run() async throws {
         let speechModel: SpeechModel
         do {
-            speechModel = try SpeechModel.load(path: model)
+            speechModel = try SpeechModel.load(path: model, decoderWeights: DecoderWeights(rawValue: decoderWeights) ?? .standard)
         } catch {
             writeStderr("earmark: error: \(error)\n")
             throw ExitCode(2)

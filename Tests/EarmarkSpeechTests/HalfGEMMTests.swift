@@ -131,4 +131,24 @@ struct HalfGEMMTests {
             }
         }
     }
+
+    @Test("GELU (dispatched and portable) agrees with v/2 · (1 + erf(v/√2)) in double precision, odd lengths and extremes included")
+    func gelu() {
+        var g = Generator(state: 9)
+        var values: [Float] = [0, -0.0, 1e-30, -1e-30, 1e-6, -1e-6, 0.5, -0.5, 3, -3, 5.5, -5.5, 9, -9, 13, -13, 40, -40, 1e4, -1e4]
+        values += (0..<2001).map { _ in g.unit() * 12 }
+        for count in [values.count, 1, 7, 9, 17] {
+            for (name, kernel) in [("dispatched", earmark_gelu), ("portable", earmark_gelu_portable)] as [(String, (UnsafeMutablePointer<Float>?, Int) -> Void)] {
+                var y = values
+                y.withUnsafeMutableBufferPointer { kernel($0.baseAddress, count) }
+                let wrong = (0..<values.count).filter { i in
+                    let v = Double(values[i])
+                    guard i < count else { return y[i] != values[i] }
+                    let exact = 0.5 * v * (1 + erf(v / 2.0.squareRoot()))
+                    return !(abs(Double(y[i]) - exact) <= 5e-7 * abs(v) + 1e-37)
+                }
+                #expect(wrong.isEmpty, "\(name), count \(count): \(wrong.count) values off, first \(wrong.first.map { (values[$0], y[$0]) }.debugDescription)")
+            }
+        }
+    }
 }

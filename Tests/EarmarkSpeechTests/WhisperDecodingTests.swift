@@ -160,6 +160,47 @@ struct WhisperBeamSearchTests {
         }
     }
 
+    @Test("int8 decoder weights: the same words on four prompts (beam 5), the same greedy text tokens, logits near the float16 ones")
+    func int8Weights() throws {
+        let float16 = WhisperRecognizer(model: try TestSpeechModel.model())
+        let int8 = WhisperRecognizer(model: try TestSpeechModel.int8Model())
+        #expect(float16.model.decoderWeights == .float16 && int8.model.decoderWeights == .int8)
+        let vocabularySize = float16.model.architecture.vocabularySize, special = float16.model.special
+        let english = float16.model.language(code: "en")!.token
+        var worst: Float = 0
+        for stem in ["conf-onlyperson", "agent-alreadyon", "all-circuits-busy-now", "auth-incorrect"] {
+            let samples = try SpeechAudio.load(path: try SpeechPrompts.path(stem))
+            var options = TranscriptionOptions(language: "en", beamSize: 5)
+            options.temperatures = [0]
+            let a = try float16.transcribe(samples: samples, options: options), b = try int8.transcribe(samples: samples, options: options)
+            #expect(Self.words(a.text) == Self.words(b.text), "\(stem): float16 \(a.text) / int8 \(b.text)")
+            // Logits along the float16 decoding's own tokens (same encoder output in both: the encoder is Float32 in both).
+            let window = float16.frontEnd.spectrogram(samples).window(start: 0, length: float16.model.frontEnd.chunkFrames)
+            var greedy = TranscriptionOptions(language: "en", beamSize: 1)
+            greedy.temperatures = [0]
+            let tokens = float16.decode(window: window, language: "en", options: greedy).tokens
+            let quantised = int8.decode(window: window, language: "en", options: greedy).tokens
+            // Greedy decoding: the same text tokens; the timestamps (near-ties 20 ms apart) within 0.1 s.
+            let timestampBegin = special.timestampBegin
+            #expect(tokens.filter { $0 < timestampBegin } == quantised.filter { $0 < timestampBegin }, "\(stem): \(tokens) / \(quantised)")
+            let times = tokens.filter { $0 >= timestampBegin }, quantisedTimes = quantised.filter { $0 >= timestampBegin }
+            #expect(times.count == quantisedTimes.count && zip(times, quantisedTimes).allSatisfy { abs($0 - $1) <= 5 },
+                    "\(stem): timestamps \(times) / \(quantisedTimes)")
+            float16.network.prepareDecoder()
+            int8.network.prepareDecoder()
+            for t in [special.startOfTranscript, english, special.transcribe] + tokens.prefix(40) {
+                let x = Array(UnsafeBufferPointer(start: float16.network.step(t), count: vocabularySize))
+                let y = Array(UnsafeBufferPointer(start: int8.network.step(t), count: vocabularySize))
+                let scale = x.map { abs($0) }.max()!
+                let error = zip(x, y).map { abs($0 - $1) }.max()!
+                worst = max(worst, error / scale)
+                // 0.041 of the largest logit measured (2026-11-27); a wrong scale or a misread row would be far off.
+                #expect(error < 0.08 * scale, "\(stem): int8 logits differ by \(error) of \(scale)")
+            }
+        }
+        print("int8 decoder weights: largest logit difference \(worst) of the largest logit")
+    }
+
     @Test("earlier text read in groups (prefill) gives the logits of reading it token by token, and decoding after it still works")
     func prefillMatchesSteps() throws {
         let recognizer = WhisperRecognizer(model: try TestSpeechModel.model())

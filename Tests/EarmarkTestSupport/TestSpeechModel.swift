@@ -46,7 +46,8 @@ public struct TestSpeechModelSet: Sendable {
 
 public enum TestSpeechModel {
     private static let cached: Result<TestSpeechModelSet, any Error> = Result { try prepare() }
-    private static let loaded: Result<SpeechModel, any Error> = Result { try SpeechModel(path: set().model.path) }
+    /// float16 decoder weights whatever the library's default: the references are CTranslate2's float32 results.
+    private static let loaded: Result<SpeechModel, any Error> = Result { try SpeechModel(path: set().model.path, decoderWeights: .float16) }
 
     /// The model file where `tools/fetch-speech-model.sh` puts it by default.
     public static var defaultPath: String {
@@ -69,6 +70,13 @@ public enum TestSpeechModel {
 
     /// The model, loaded once per test process.
     public static func model() throws -> SpeechModel { try loaded.get() }
+
+    private static let loadedInt8: Result<SpeechModel, any Error> = Result {
+        try SpeechModel(path: set().model.path, decoderWeights: .int8)
+    }
+
+    /// The model with int8 decoder weights (``DecoderWeights/int8``), loaded once per test process.
+    public static func int8Model() throws -> SpeechModel { try loadedInt8.get() }
 
     private static func prepare() throws -> TestSpeechModelSet {
         let root = TestPaths.repositoryRoot

@@ -33,4 +33,36 @@ void earmark_softmax(float *x, long count);
 // earmark_softmax with the portable code only (for tests).
 void earmark_softmax_portable(float *x, long count);
 
+// In place: x[i] = x[i]/2 · (1 + erf(x[i]/√2)) (GELU with the error function, as Whisper's). With AVX2 + FMA, 8 values at
+// a time with erfc from Abramowitz and Stegun 7.1.26 (absolute error below 1.5 × 10⁻⁷, so each result is within
+// about 3 × 10⁻⁷ · |x| of the exact one) and the softmax's exp; otherwise libm's erff, one value at a time.
+void earmark_gelu(float *x, long count);
+
+// earmark_gelu with the portable code only (for tests).
+void earmark_gelu_portable(float *x, long count);
+
+// Matrix products with int8 weights and a Float32 scale per weight row (per output), for few input rows: the weight of
+// output j for input p is scales[j] · w[j·ldw + p]. Each input row r is quantised to int16 with a scale of its own,
+// s_r = max_p |a[r·lda + p]| / 32767 (q = a / s_r rounded to nearest even), the products q · w are summed exactly in
+// integers, and
+//     out[r·ldo + j] = (accumulate ? out[r·ldo + j] : 0) + (bias ? bias[j] : 0) + (float)Σ_p q[r][p] · w[j·ldw + p] · (s_r · scales[j])
+// (a row holding a NaN or an infinity gives NaN). The sums are exact and the rest is the same code on every path, so
+// the AVX2 code (chosen at run time as for earmark_half_gemm) and the portable code give the same bits on every CPU.
+// `scratch` holds earmark_int8_gemm_scratch_count(rows, k) int16 values (the quantised rows and their scales).
+void earmark_int8_gemm(long rows, long n, long k, const float *a, long lda, const int8_t *w, long ldw, const float *scales,
+                       const float *bias, float *out, long ldo, int accumulate, int16_t *scratch);
+
+// The same product with the portable C code only (for tests).
+void earmark_int8_gemm_portable(long rows, long n, long k, const float *a, long lda, const int8_t *w, long ldw,
+                                const float *scales, const float *bias, float *out, long ldo, int accumulate,
+                                int16_t *scratch);
+
+// int16 values of scratch earmark_int8_gemm needs for `rows` input rows of `k` values.
+long earmark_int8_gemm_scratch_count(long rows, long k);
+
+// Per-row int8 quantisation of an n × k matrix of finite binary16 values (row-major, rows contiguous):
+// scales[j] = max_p |w[j][p]| / 127 and dst[j·k + p] = w[j][p] · 127 / max_p |w[j][p]| rounded to nearest even, in
+// −127…127 (a row of zeros gives zeros and scale 0). Each value is then within scales[j] / 2 of the original.
+void earmark_quantise_half_rows(const uint16_t *src, long n, long k, int8_t *dst, float *scales);
+
 #endif
