@@ -36,11 +36,10 @@ public enum DecoderWeights: String, Sendable, CaseIterable {
     /// word here and there (3 of 150 English prompts).
     case int8
 
-    /// What ``SpeechModel/init(path:decoderWeights:)`` uses unless told otherwise: float16. int8 measured the same
-    /// word error rate or lower (en-isolated 5.5 % against 5.6 %, en-long 3.3 % against 4.1 %, beam 5) for about a
-    /// quarter less CPU on long audio (docs/benchmarks.md), but the server's in-process transcription gave another
-    /// language probability with it than the command line (0.98413 against 0.98489 on one prompt), not yet understood.
-    public static let standard: DecoderWeights = .float16
+    /// What ``SpeechModel/init(path:decoderWeights:)`` uses unless told otherwise: int8, which measured the same
+    /// word error rate as float16 or lower (en-isolated 5.5 % against 5.6 %, en-long 3.3 % against 4.1 %, beam 5) for
+    /// about a quarter less CPU on long audio (docs/benchmarks.md).
+    public static let standard: DecoderWeights = .int8
 }
 
 /// Sizes of a Whisper network (header field `architecture`).
