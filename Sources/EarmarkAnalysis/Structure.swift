@@ -334,7 +334,7 @@ public final class StructureAnalyzer {
         for lag in (base - slack)...(base + slack) where lag > 0 && lag <= band.maxLag {
             var sum = 0.0, count = 0
             for i in a where b.contains(i + lag) {
-                sum += Double(band.similarity[i * (band.maxLag + 1) + lag])
+                sum += Double(band.at(i, i + lag)!)
                 count += 1
             }
             if count >= need { bestScore = max(bestScore ?? -1, sum / Double(count)) }
