@@ -102,6 +102,18 @@ public struct MatchOptions: Sendable, Equatable {
     /// still hold most of the reference's: at 100 h the skew searches took half the time with the same
     /// recall (tools/scale-bench.sh; docs/benchmarks.md).
     public var skewFanout = 12
+    /// A skew trial first looks up only its anchors with their `skewScreenFanout` strongest targets, and goes on
+    /// to its full search only when some track aligns ``skewScreenHits`` of those in one offset cell: in a clip
+    /// that matches nothing, chance seldom aligns 3 such landmarks, while a clip at its skew aligns many (at
+    /// 10,000 h: the skew trials of a no-match 10-s clip took half the CPU time, and the skew set lost 1 of 204;
+    /// docs/benchmarks.md). Lookups are memoised, so a trial that goes on looks them up once. nil: no screen.
+    /// Default nil; 2 for triplet keys (one triplet an anchor, a sixth of the trial's landmarks).
+    public var skewScreenFanout: Int? = nil
+    /// Default 3.
+    public var skewScreenHits = 3
+    /// Clips shorter than this are not screened (seconds): they hold too few landmarks for the screen's count.
+    /// Default 8.
+    public var skewScreenSeconds = 8.0
     /// A first, lighter search: the clip's peaks of rank below ``quickRankLimit``, each anchor with its
     /// `quickFanout` strongest targets. A decisive match there (one that would end the search as is) is the
     /// answer; anything less searches again as usual. nil: no such stage.
@@ -142,6 +154,7 @@ public struct MatchOptions: Sendable, Equatable {
             o.quickFanout = 3
             o.firstCommonHashes = 16
             o.firstSearchCandidates = 64
+            o.skewScreenFanout = 2
         }
         return o
     }
@@ -165,10 +178,12 @@ extension MatchOptions {
                                      "commonHashes", "skewRankLimit", "skewFanout", "catalogTracksAllowed",
                                      "minimumSignificance", "deepPass", "skewMinimumHits",
                                      "unsupportedSkewMargin", "skewTrials", "quickFanout", "quickRankLimit",
-                                     "firstCommonHashes", "firstSearchCandidates"]
+                                     "firstCommonHashes", "firstSearchCandidates", "skewScreenFanout", "skewScreenHits",
+                                     "skewScreenSeconds"]
 
     /// Sets one field from `NAME=VALUE` (a name of ``overridable``; counts ≥ 1, shares 0…1, `commonHashes=0`
-    /// for none, `deepPass=0|1`, `quickFanout=0` for no quick stage, `skewTrials=N` the grid's N nearest skews).
+    /// for none, `deepPass=0|1`, `quickFanout=0` for no quick stage, `skewScreenFanout=0` for no screen,
+    /// `skewTrials=N` the grid's N nearest skews).
     /// Returns false, changing nothing, when the name or the value is not one of those.
     public mutating func override(_ text: String) -> Bool {
         let parts = text.split(separator: "=", maxSplits: 1).map(String.init)
@@ -185,6 +200,9 @@ extension MatchOptions {
         case "firstCommonHashes" where value >= 0: firstCommonHashes = value > 0 ? value : nil
         case "skewRankLimit" where count >= 1: skewRankLimit = count
         case "skewFanout" where count >= 1: skewFanout = count
+        case "skewScreenFanout" where count >= 0: skewScreenFanout = count > 0 ? count : nil
+        case "skewScreenHits" where count >= 1: skewScreenHits = count
+        case "skewScreenSeconds" where value >= 0: skewScreenSeconds = value
         case "catalogTracksAllowed" where count >= 1: catalogTracksAllowed = count
         case "minimumSignificance": minimumSignificance = value
         case "deepPass" where value == 0 || value == 1: deepPass = value == 1
@@ -321,6 +339,8 @@ public final class Matcher {
     private var peakCache: [Int64: PeakIndex] = [:]
     /// Postings of the hashes the current query's extra searches looked up (see ``lookup(_:common:_:)``).
     private var postingMemo = PostingMemo()
+    /// Skew trials of the last query that went past the screen to a full search (``MatchOptions/skewScreenFanout``).
+    private(set) var fullSkewSearches = 0
     /// Hits per track slot of one search (see ``Hit/dropSparseTracks(_:floor:counts:)``), kept zeroed between searches.
     private var trackCounts = [UInt8](repeating: 0, count: 1 << 18)
 
@@ -335,6 +355,7 @@ public final class Matcher {
         try signature.validateForMatching(configuration: configuration)
         // Stored peaks do not depend on the skew, so one decode per track serves every trial.
         peakCache.removeAll(keepingCapacity: true)
+        fullSkewSearches = 0
         defer { postingMemo = PostingMemo() }
         // Counted once per query: every search of it pays for the same catalog.
         let catalogTracks = try catalog.trackCount()
@@ -381,7 +402,16 @@ public final class Matcher {
         let skewHits = options.skewMinimumHits.map {
             max($0, min(options.supportingHits, Int((Double(options.supportingHits) * signature.duration / 10).rounded(.up))))
         } ?? options.supportingHits
+        // The screen pairs only the skew search's peaks, so only those are unskewed for it.
+        let screened = options.skewScreenFanout.flatMap { fanout in
+            signature.duration < options.skewScreenSeconds ? nil
+                : (fanout, Signature(configurationVersion: signature.configurationVersion, duration: signature.duration,
+                                     peaks: signature.peaks.filter { Int($0.rank) < options.skewRankLimit }))
+        }
         func attempt(_ skew: Skew) throws {
+            if let (fanout, strong) = screened,
+               try screenedOut(Matcher.unskewed(strong, skew, configuration: configuration), fanout: fanout) { return }
+            fullSkewSearches += 1
             var r = try matchOnce(Matcher.unskewed(signature, skew, configuration: configuration),
                                   trials: trials, catalogTracks: catalogTracks,
                                   minimumHits: skewHits, skewed: true)
@@ -556,17 +586,26 @@ public final class Matcher {
         return packed.map { Landmark(hash: UInt32(truncatingIfNeeded: $0 >> 32), frame: UInt32(truncatingIfNeeded: $0)) }
     }
 
-    /// One search of `signature` (`skewed`: a skew trial's unskewed copy of the clip) in a catalog of `catalogTracks`,
-    /// with the landmarks of `shape` (peaks of rank below `rankLimit`, `fanout` targets each) when given.
-    private func matchOnce(_ signature: Signature, trials: Int, catalogTracks: Int, minimumHits: Int? = nil,
-                           role: LandmarkRole = .query, skewed: Bool = false,
-                           shape: (rankLimit: Int, fanout: Int)? = nil, candidates: Int? = nil) throws -> MatchResult {
-        let common = skewed || role == .deepQuery ? options.commonHashes : options.firstCommonHashes
-        let landmarks = if let shape = shape ?? (skewed ? (options.skewRankLimit, options.skewFanout) : nil) {
-            Landmarks.extract(from: signature, rankLimit: shape.rankLimit, fanout: shape.fanout, configuration: configuration)
-        } else {
-            Landmarks.extract(from: signature, role: role, configuration: configuration)
+    /// Whether a skew trial can be skipped: no track aligns ``MatchOptions/skewScreenHits`` distinct hashes in one
+    /// offset cell among the landmarks of the trial's anchors with only their `fanout` strongest targets.
+    private func screenedOut(_ signature: Signature, fanout: Int) throws -> Bool {
+        let floor = options.skewScreenHits
+        let landmarks = Landmarks.extract(from: signature, rankLimit: options.skewRankLimit, fanout: fanout, configuration: configuration)
+        let hits = try sortedHits(of: landmarks, common: options.commonHashes, floor: floor).hits
+        var i = 0
+        while i < hits.count {
+            var j = i
+            while j < hits.count, hits[j].track == hits[i].track { j += 1 }
+            if j - i >= floor, Matcher.densestCell(hits[i..<j]) >= floor,
+               let cell = bestCells(hits[i..<j], count: 1).first, cell.hits >= floor { return false }
+            i = j
         }
+        return true
+    }
+
+    /// The hits of `landmarks` in the catalog (through the memo when `common` is set), without the tracks that
+    /// have fewer than `floor`, sorted by track, offset and hash; and how many postings were found before that.
+    private func sortedHits(of landmarks: [Landmark], common: Double?, floor: Int) throws -> (hits: [Hit], postings: Int) {
         // Query landmarks sorted by hash; `starts[k]` is the index of the first one with hash `distinct[k]`.
         let sorted = Matcher.sortedByHashAndFrame(landmarks)
         var distinct: [UInt32] = [], starts: [Int] = []
@@ -576,7 +615,6 @@ public final class Matcher {
             distinct.append(l.hash)
             starts.append(i)
         }
-
         var hits: [Hit] = []
         hits.reserveCapacity(landmarks.count * 4)
         try lookup(distinct, common: common) { k, track, rframe in
@@ -590,10 +628,25 @@ public final class Matcher {
         }
         // A track with fewer hits than a candidate needs aligned cannot be one: with triplet keys, or in a
         // large catalog, most tracks hold a hit or two, and sorting and scoring them was most of a search.
-        let candidateFloor = options.candidateHits
-        let postingsFound = hits.count
-        Hit.dropSparseTracks(&hits, floor: candidateFloor, counts: &trackCounts)
+        let postings = hits.count
+        Hit.dropSparseTracks(&hits, floor: floor, counts: &trackCounts)
         Hit.sort(&hits)
+        return (hits, postings)
+    }
+
+    /// One search of `signature` (`skewed`: a skew trial's unskewed copy of the clip) in a catalog of `catalogTracks`,
+    /// with the landmarks of `shape` (peaks of rank below `rankLimit`, `fanout` targets each) when given.
+    private func matchOnce(_ signature: Signature, trials: Int, catalogTracks: Int, minimumHits: Int? = nil,
+                           role: LandmarkRole = .query, skewed: Bool = false,
+                           shape: (rankLimit: Int, fanout: Int)? = nil, candidates: Int? = nil) throws -> MatchResult {
+        let common = skewed || role == .deepQuery ? options.commonHashes : options.firstCommonHashes
+        let landmarks = if let shape = shape ?? (skewed ? (options.skewRankLimit, options.skewFanout) : nil) {
+            Landmarks.extract(from: signature, rankLimit: shape.rankLimit, fanout: shape.fanout, configuration: configuration)
+        } else {
+            Landmarks.extract(from: signature, role: role, configuration: configuration)
+        }
+        let candidateFloor = options.candidateHits
+        let (hits, postingsFound) = try sortedHits(of: landmarks, common: common, floor: candidateFloor)
 
         let fd = configuration.frameDuration
         var perTrack: [TrackScore] = []

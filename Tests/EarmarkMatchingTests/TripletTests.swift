@@ -71,4 +71,48 @@ struct TripletTests {
             }
         }
     }
+
+    @Test("the skew screen skips most skew trials of non-catalog music and finds the same sped-up, slowed and transposed 10-s clips as the full grid")
+    func skewScreen() async throws {
+        let f = try await MatchingFixture.shared.value()
+        let dir = try TemporaryDirectory("triplet-screen")
+        let path = dir.path("triplets.earcat")
+        _ = try Catalog(path: path, create: true, configuration: .experimentalTriplets)
+        let tracks = try await Fixtures.index(f.audio.reference, into: path)
+        let catalog = try Catalog(path: path, readOnly: true)
+        let screened = Matcher(catalog: catalog)
+        #expect(screened.options.skewScreenFanout == 2)
+        var options = screened.options
+        options.skewScreenFanout = nil
+        let grid = Matcher(catalog: catalog, options: options)
+        var ids: [String: Int64] = [:]
+        for (url, t) in zip(f.audio.reference, tracks) { ids[url.deletingPathExtension().lastPathComponent] = t.id }
+        let effects: [(String, [String])] = [("speed +5 %", ["speed", "1.05"]), ("tempo -8 %", ["tempo", "0.92"]),
+                                             ("pitch +1 semitone", ["pitch", "100"])]
+        var found = 0
+        for (stem, offset) in clipCases.prefix(3) {
+            let cut = dir.file("s-\(stem)-\(offset).wav")
+            try Fixtures.cut(f.audio.reference(stem), start: offset, seconds: 10, to: cut)
+            for (name, effect) in effects {
+                let out = dir.file("s-\(stem)-\(offset)-\(effect[0]).wav")
+                try Run.sox([cut.path, out.path] + effect)
+                let signature = SignatureGenerator.signature(of: try Fixtures.decode(out))
+                let a = try screened.match(signature).matches.first, b = try grid.match(signature).matches.first
+                #expect(a?.track.id == b?.track.id, "\(stem) \(name): screened \(a?.track.title ?? "nothing"), grid \(b?.track.title ?? "nothing")")
+                if a?.track.id == ids[stem] { found += 1 }
+            }
+        }
+        #expect(found >= 8, "\(found) of 9 skewed clips found with the screen")
+        for track in f.audio.negative {
+            let clip = dir.file("neg-\(track.lastPathComponent).wav")
+            try Fixtures.cut(track, start: 40, seconds: 10, to: clip)
+            let signature = SignatureGenerator.signature(of: try Fixtures.decode(clip))
+            #expect(try screened.match(signature).matches.isEmpty)
+            #expect(try grid.match(signature).matches.isEmpty)
+            // The grid searches every trial in full; the screen lets few through.
+            #expect(grid.fullSkewSearches == Skew.defaultTrials.count)
+            #expect(screened.fullSkewSearches * 4 < Skew.defaultTrials.count,
+                    "\(track.lastPathComponent): \(screened.fullSkewSearches) full skew searches of \(Skew.defaultTrials.count)")
+        }
+    }
 }
