@@ -1026,13 +1026,20 @@ struct Hit {
                     let s = Int(truncatingIfNeeded: (h.key >> 32) & mask)
                     if c[s] < 255 { c[s] += 1 }
                 }
-                for i in a.indices where Int(c[Int(truncatingIfNeeded: (a[i].key >> 32) & mask)]) >= floor {
-                    a[kept] = a[i]
-                    kept += 1
+                // A dropped track's slot is cleared at its first hit (its count is below the floor, and 0 still is);
+                // a kept one's once the compaction is done. So only the slots this search used are written,
+                // not the whole table (a no-match query at 10,000 h runs about 90 searches).
+                for i in a.indices {
+                    let s = Int(truncatingIfNeeded: (a[i].key >> 32) & mask)
+                    if Int(c[s]) >= floor {
+                        a[kept] = a[i]
+                        kept += 1
+                    } else {
+                        c[s] = 0
+                    }
                 }
+                for i in 0..<kept { c[Int(truncatingIfNeeded: (a[i].key >> 32) & mask)] = 0 }
             }
-            // The dropped hits are overwritten by now, so their slots cannot be found again: clear them all.
-            c.update(repeating: 0)
         }
         hits.removeLast(hits.count - kept)
     }
