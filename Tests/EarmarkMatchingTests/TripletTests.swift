@@ -10,13 +10,9 @@ import Testing
 struct TripletTests {
     @Test("a catalog made with triplet keys reopens as one, takes the triplet defaults, finds clean (in the quick stage), noisy and 3-s pitch-shifted clips and no non-catalog music")
     func tripletCatalog() async throws {
-        let f = try await MatchingFixture.shared.value()
+        let f = try await MatchingFixture.triplets.value()
         let dir = try TemporaryDirectory("triplets")
-        let path = dir.path("triplets.earcat")
-        // The ingestor keeps the design a catalog was created with.
-        _ = try Catalog(path: path, create: true, configuration: .experimentalTriplets)
-        let tracks = try await Fixtures.index(f.audio.reference, into: path)
-        let catalog = try Catalog(path: path, readOnly: true)
+        let catalog = try Catalog(path: f.path, readOnly: true)
         #expect(catalog.configuration == .experimentalTriplets)
         let matcher = Matcher(catalog: catalog)
         #expect(matcher.options == .defaults(for: .experimentalTriplets))
@@ -24,8 +20,7 @@ struct TripletTests {
         var withoutQuick = matcher.options
         withoutQuick.quickFanout = nil
         let fullSearch = Matcher(catalog: catalog, options: withoutQuick)
-        var ids: [String: Int64] = [:]
-        for (url, t) in zip(f.audio.reference, tracks) { ids[url.deletingPathExtension().lastPathComponent] = t.id }
+        let ids = f.ids
         for (stem, offset) in clipCases.prefix(4) {
             let clean = try Fixtures.decode(try f.clip(stem, at: offset, into: dir))
             for (name, audio) in [("clean", clean), ("white noise 5 dB", Signal.addingNoise(to: clean, snrDB: 5, seed: 7))] {
@@ -74,19 +69,15 @@ struct TripletTests {
 
     @Test("the skew screen skips most skew trials of non-catalog music and finds the same sped-up, slowed and transposed 10-s clips as the full grid")
     func skewScreen() async throws {
-        let f = try await MatchingFixture.shared.value()
+        let f = try await MatchingFixture.triplets.value()
         let dir = try TemporaryDirectory("triplet-screen")
-        let path = dir.path("triplets.earcat")
-        _ = try Catalog(path: path, create: true, configuration: .experimentalTriplets)
-        let tracks = try await Fixtures.index(f.audio.reference, into: path)
-        let catalog = try Catalog(path: path, readOnly: true)
+        let catalog = try Catalog(path: f.path, readOnly: true)
         let screened = Matcher(catalog: catalog)
         #expect(screened.options.skewScreenFanout == 2)
         var options = screened.options
         options.skewScreenFanout = nil
         let grid = Matcher(catalog: catalog, options: options)
-        var ids: [String: Int64] = [:]
-        for (url, t) in zip(f.audio.reference, tracks) { ids[url.deletingPathExtension().lastPathComponent] = t.id }
+        let ids = f.ids
         let effects: [(String, [String])] = [("speed +5 %", ["speed", "1.05"]), ("tempo -8 %", ["tempo", "0.92"]),
                                              ("pitch +1 semitone", ["pitch", "100"])]
         var found = 0

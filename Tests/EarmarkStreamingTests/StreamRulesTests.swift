@@ -19,15 +19,9 @@ struct StreamRulesTests {
 
     @Test("a triplet catalog's stream takes rules derived from the triplet defaults, and finds a real track and no non-catalog music")
     func tripletCatalog() async throws {
-        let f = try await StreamingFixture.shared.value()
-        let dir = try TemporaryDirectory("stream-triplets")
-        let path = dir.path("triplets.earcat")
-        _ = try Catalog(path: path, create: true, configuration: .experimentalTriplets)
-        let tracks = try await Fixtures.index(f.audio.reference, into: path)
-        var ids: [String: Int64] = [:]
-        for (url, t) in zip(f.audio.reference, tracks) { ids[url.deletingPathExtension().lastPathComponent] = t.id }
-
-        let core = { StreamMatcher(matcher: Matcher(catalog: try Catalog(path: path, readOnly: true))) }
+        let f = try await StreamingFixture.triplets.value()
+        let ids = f.ids
+        let core = { StreamMatcher(matcher: Matcher(catalog: try Catalog(path: f.path, readOnly: true))) }
         let rules = try core().matchOptions
         let file = MatchOptions.defaults(for: .experimentalTriplets)
         #expect(rules == StreamingOptions.matchOptions(for: .experimentalTriplets))

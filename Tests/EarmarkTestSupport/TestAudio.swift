@@ -104,10 +104,16 @@ public struct ReferenceCatalog: Sendable {
     /// Track ids by file stem.
     public let ids: [String: Int64]
 
-    public static let shared = Shared<ReferenceCatalog> {
+    public static let shared = Shared<ReferenceCatalog> { try await build(configuration: nil) }
+    /// The same tracks in a catalog made with the experimental triplet keys.
+    public static let triplets = Shared<ReferenceCatalog> { try await build(configuration: .experimentalTriplets) }
+
+    private static func build(configuration: SignatureConfiguration?) async throws -> ReferenceCatalog {
         let audio = try TestAudio.set()
-        let folder = try TemporaryDirectory("reference-catalog")
+        let folder = try TemporaryDirectory(configuration == nil ? "reference-catalog" : "reference-triplets")
         let path = folder.path("reference.earcat")
+        // The ingestor keeps the design a catalog was created with.
+        if let configuration { _ = try Catalog(path: path, create: true, configuration: configuration) }
         let tracks = try await Fixtures.index(audio.reference, into: path)
         var ids: [String: Int64] = [:]
         for (url, t) in zip(audio.reference, tracks) { ids[url.deletingPathExtension().lastPathComponent] = t.id }
