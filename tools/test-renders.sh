@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Renders two small pieces for the music-metadata tests with FluidSynth and the FluidR3 General MIDI
+# Renders small pieces for the music-metadata tests with FluidSynth and the FluidR3 General MIDI
 # sound font (Debian fluidsynth and fluid-soundfont-gm, installed here when missing: root then). The
 # pieces are written note by note below, so their key, tempo, meter, bars and instruments are known:
 #
@@ -9,6 +9,9 @@
 #   $DIR/jig.wav     G major, 6/8 at 66 dotted quarters a minute (eighths at 198), 24 bars: piano melody in
 #                    eighths (jig figures: three eighths, quarter and eighth), fingered bass on both beats (the
 #                    first louder), piano chord on the second and third eighth of each beat; I IV V I, a bar each
+#   $DIR/barcarolle.wav  F major, 12/8 at 60 dotted quarters a minute, 16 bars: the jig's texture four beats a
+#                    bar (melody figures in eighths, chord on the second and third eighth of each beat), fingered
+#                    bass on every beat, the first of the bar an octave lower and louder; I vi IV V, a bar each
 #   $DIR/song.wav    C major, 4/4 at 90 BPM, 24 bars in the form A B A (8 bars each, A played twice note for
 #                    note): piano and fingered bass. A: I V vi iii IV I IV V, a melody in quarter and half notes
 #                    over block chords on every beat, the bass on 1 and 3; B: vi IV ii V iii vi ii V, a melody
@@ -26,8 +29,9 @@ SET_VERSION="earmark-test-renders 1"
 SOUNDFONT=/usr/share/sounds/sf2/FluidR3_GM.sf2
 
 # The jig came later than the set's version 1: a set of version 1 without it is built again.
-# So did the song: a set without it is built again.
-ready() { [ -f "$DIR/READY" ] && [ "$(head -n 1 "$DIR/READY")" = "$SET_VERSION" ] && [ -f "$DIR/jig.wav" ] && [ -f "$DIR/song.wav" ]; }
+# So did the song and the barcarolle: a set without them is built again.
+ready() { [ -f "$DIR/READY" ] && [ "$(head -n 1 "$DIR/READY")" = "$SET_VERSION" ] && [ -f "$DIR/jig.wav" ] && [ -f "$DIR/song.wav" ] \
+  && [ -f "$DIR/barcarolle.wav" ]; }
 if ready; then
   echo "$DIR"
   exit 0
@@ -158,6 +162,27 @@ for bar in range(bars):
 write_midi(f"{out}/jig.mid", 99, 6, ev, den_power=3)
 pieces["jig"] = {"tonic": "G", "mode": "major", "bpm": 66, "beatsPerBar": 2, "bars": bars, "timeSignature": "6/8",
                  "instruments": ["bass", "keys"], "absent": ["drums", "voice", "brass"]}
+# Barcarolle in F major, 12/8: four dotted-quarter beats a bar at 60 a minute (quarter notes at 90); the bass
+# on every beat, the bar's first an octave lower and louder. I vi IV V, a bar each.
+F, Dm, Bb, C5 = 65, 62, 70, 72
+prog = [(F, False), (Dm, True), (Bb, False), (C5, False)]
+ev = []
+bars = 16
+for bar in range(bars):
+    root, minor = prog[bar % len(prog)]
+    for beat in range(4):
+        t = (bar * 12 + beat * 3) * E8
+        ev.append((t, 1, root - 24, 100 if beat == 0 else 72, 3 * E8 - 40))
+        if beat == 0:
+            ev.append((t, 1, root - 36, 100, 3 * E8 - 40))
+        for k in (1, 2):
+            for n in triad(root, minor):
+                ev.append((t + k * E8, 0, n - 12, 58, E8 - 30))
+        for off, length, step in figures[(4 * bar + beat) % len(figures)]:
+            ev.append((t + off * E8, 0, root + step, 90 if off == 0 and beat == 0 else 80, length * E8 - 30))
+write_midi(f"{out}/barcarolle.mid", 90, 12, ev, den_power=3)
+pieces["barcarolle"] = {"tonic": "F", "mode": "major", "bpm": 60, "beatsPerBar": 4, "bars": bars, "timeSignature": "12/8",
+                        "instruments": ["bass", "keys"], "absent": ["drums", "voice", "brass"]}
 # Song in C major, A B A: 8 bars each at 90 BPM; the second A repeats the first note for note.
 C4 = 60
 SCALE = [0, 2, 4, 5, 7, 9, 11]
@@ -203,14 +228,15 @@ for name, p in pieces.items():
     p["beats"] = p["bars"] * p["beatsPerBar"]
 json.dump(pieces, open(f"{out}/truth.json", "w"), indent=1)
 PY
-for piece in march waltz jig song; do
+for piece in march waltz jig song barcarolle; do
   fluidsynth -n -i -q -R 0 -C 0 -g 0.5 -r 44100 -F "$work/$piece.raw.wav" "$SOUNDFONT" "$work/$piece.mid" >/dev/null 2>&1 \
     || { echo "test-renders.sh: fluidsynth failed on $piece" >&2; exit 1; }
   sox "$work/$piece.raw.wav" -r 44100 -c 1 -b 16 "$work/$piece.wav"
   rm "$work/$piece.raw.wav"
 done
 rm -f "$DIR/READY"
-mv "$work/march.wav" "$work/waltz.wav" "$work/jig.wav" "$work/song.wav" "$work/march.mid" "$work/waltz.mid" "$work/jig.mid" "$work/song.mid" \
+mv "$work/march.wav" "$work/waltz.wav" "$work/jig.wav" "$work/song.wav" "$work/barcarolle.wav" "$work/march.mid" "$work/waltz.mid" \
+  "$work/jig.mid" "$work/song.mid" "$work/barcarolle.mid" \
   "$work/truth.json" "$DIR/"
 { echo "$SET_VERSION"; date -u +%Y-%m-%dT%H:%M:%SZ; } >"$DIR/READY"
 echo "$DIR"

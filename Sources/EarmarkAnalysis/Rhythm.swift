@@ -466,13 +466,43 @@ public final class BeatTracker {
                 return 1 - dot / (na * nb + 1e-9)
             })
         }
-        let lowStrength = standardised(frames.map { f -> Double in
+        let lowStrength = bassAccents(frames: frames, low: low)
+        let one = change(1), two = change(2)
+        return (0..<count).map { lowStrength[$0] + one[$0] + two[$0] }
+    }
+
+    /// Each beat's low-band onset strength (bands under about 150 Hz: bass and kick drum; the largest within
+    /// three frames of the beat), standardised over the beats: the bass part of ``barAccents(frames:low:chroma:)``.
+    static func bassAccents(frames: [Int], low: [Double]) -> [Double] {
+        let x = frames.map { f -> Double in
             var s = 0.0
             for d in -3...3 where f + d >= 0 && f + d < low.count { s = max(s, low[f + d]) }
             return s
-        })
-        let one = change(1), two = change(2)
-        return (0..<count).map { lowStrength[$0] + one[$0] + two[$0] }
+        }
+        guard !x.isEmpty else { return [] }
+        let mean = x.reduce(0, +) / Double(x.count)
+        let sd = (x.reduce(0) { $0 + ($1 - mean) * ($1 - mean) } / Double(x.count)).squareRoot()
+        return x.map { ($0 - mean) / (sd + 1e-9) }
+    }
+
+    /// How much the bass repeats its strongest accent half a bar of four later: over the beats of `range`, the
+    /// mean ``bassAccents(frames:low:)`` at each of four positions; from the strongest position, the lead of
+    /// the position two beats on over the stronger of the two between, as a share of the strongest one's lead (1: the bass
+    /// marks every second beat alike, bars of two; 0 or less: only every fourth, bars of four). Nil with fewer
+    /// than eight beats or no lead.
+    static func bassDuple(_ bass: [Double], range: Range<Int>) -> Double? {
+        guard range.count >= 8, range.upperBound <= bass.count else { return nil }
+        var sums = [Double](repeating: 0, count: 4), counts = sums
+        for i in range {
+            sums[i % 4] += bass[i]
+            counts[i % 4] += 1
+        }
+        let p = (0..<4).map { sums[$0] / max(1, counts[$0]) }
+        let a = p.indices.max { p[$0] < p[$1] }!
+        // The stronger of the two between: a strong first beat's note rings on and masks the onset after it.
+        let weak = max(p[(a + 1) % 4], p[(a + 3) % 4])
+        guard p[a] - weak > 1e-9 else { return nil }
+        return (p[(a + 2) % 4] - weak) / (p[a] - weak)
     }
 
     /// For bars of `meter` beats over the accents of `range`: the phase (the index modulo `meter` of the
@@ -597,21 +627,29 @@ public final class BeatTracker {
     /// `duple` times the first beat's lead (chosen on the even half of tools/metre-data.sh's set: lower values
     /// named 2/4 for many 4/4 pieces; see docs/analysis.md).
     static let duple = 1.0
-    /// The same in compound time, where 6/8 is far more common than 12/8: a lower bar (0.2, chosen the same way).
-    static let compoundDuple = 0.2
+    /// In compound time 6/8 and 12/8 are told apart by the bass alone (``bassDuple(_:range:)``): two beats a bar
+    /// when the bass marks the third beat of a four with at least `compoundBassDuple` of the first's lead. An
+    /// accompaniment in 12/8 leans on the bar's first beat only, one in 6/8 on every other beat alike; the harmony,
+    /// which the whole accents add, changes on most beats of slow compound music and blurs that. (Chosen on the
+    /// even half of tools/metre-data.sh's set: the middle of the gap between its 12/8 pieces, −0.91 and −0.05, and
+    /// its 6/8 pieces, 0.27 and up; the total accent's third-beat lead at 0.2 named most 12/8 pieces 6/8.)
+    static let compoundBassDuple = 0.11
 
     /// The time signature and bars of beats whose accents (``barAccents(frames:low:chroma:)``) are given:
     /// bars of 4 or 3 as ``bars(accents:range:)`` lays them, of 2 where the third beat of a 4 is as strong
-    /// as its first (``duple``; ``compoundDuple`` in compound time); `compound` from
+    /// as its first (``duple``; in compound time where the bass, `bass` from ``bassAccents(frames:low:)``, marks
+    /// it nearly as the first: ``compoundBassDuple``); `compound` from
     /// ``beatDivision(frames:onset:low:)``. Returns the signature,
     /// the beats per bar and the index of the first downbeat.
-    static func metre(accents: [Double], compound: Bool, range: Range<Int>? = nil) -> (signature: TimeSignature, meter: Int, phase: Int) {
+    static func metre(accents: [Double], bass: [Double], compound: Bool, range: Range<Int>? = nil) -> (signature: TimeSignature, meter: Int, phase: Int) {
         let range = range ?? accents.indices
         var (meter, phase) = bars(accents: accents, range: range)
         if meter == 4, range.count >= 8 {
             let m = barProfile(accents, meter: 4, range: range).means
             let weak = (m[1] + m[3]) / 2
-            if m[0] > weak, m[2] - weak >= (compound ? compoundDuple : duple) * (m[0] - weak) {
+            let two = compound ? (bassDuple(bass, range: range) ?? -1) >= compoundBassDuple
+                : m[0] > weak && m[2] - weak >= duple * (m[0] - weak)
+            if two {
                 meter = 2
                 phase %= 2
             }
@@ -619,20 +657,21 @@ public final class BeatTracker {
         return (TimeSignature(beatsPerBar: meter, compound: compound), meter, phase)
     }
 
-    /// Beats a window of ``metreChanges(frames:onset:accents:whole:)`` spans, and its hop.
+    /// Beats a window of ``metreChanges(frames:onset:accents:bass:whole:)`` spans, and its hop.
     static let metreWindow = 32
     static let metreHop = 8
     /// The fewest beats a stretch of one time signature may last (shorter ones join a neighbour).
     static let metreRun = 64
 
-    /// Where the time signature changes: the signature (``metre(accents:compound:range:)``, the beat divided in
+    /// Where the time signature changes: the signature (``metre(accents:bass:compound:range:)``, the beat divided in
     /// three when the weaker third of the window's beats reaches ``thirdsOverHalf`` of their half, as for the
     /// whole piece) of windows of ``metreWindow`` beats every ``metreHop``; each beat takes the signature most
     /// of the windows over it give, and a stretch shorter than ``metreRun`` beats joins the one before it (the first,
     /// the one after). Returns the stretches as beat ranges with their signature, bars of `meter` beats from
     /// `phase` (an index into the beats); one stretch, the whole piece's, when nothing changes or the piece
     /// is shorter than two windows.
-    static func metreChanges(frames: [Int], onset: [Double], accents: [Double], whole: (signature: TimeSignature, meter: Int, phase: Int))
+    static func metreChanges(frames: [Int], onset: [Double], accents: [Double], bass: [Double],
+                             whole: (signature: TimeSignature, meter: Int, phase: Int))
         -> [(range: Range<Int>, signature: TimeSignature, meter: Int, phase: Int)] {
         let n = frames.count
         guard n >= 2 * metreWindow else { return [(0..<n, whole.signature, whole.meter, whole.phase)] }
@@ -645,7 +684,7 @@ public final class BeatTracker {
             let compound = whole.signature.isCompound
                 ? !(sub.half >= subdivisionFloor * sub.beat && thirds <= thirdsOverHalf * sub.half)
                 : (max(sub.half, thirds) >= subdivisionFloor * sub.beat && thirds > thirdsOverHalf * sub.half)
-            let sig = metre(accents: accents, compound: compound, range: range).signature
+            let sig = metre(accents: accents, bass: bass, compound: compound, range: range).signature
             for i in range { votes[i][sig, default: 0] += 1 }
             start += start + metreWindow == n ? metreWindow : min(metreHop, n - start - metreWindow)
         }
@@ -672,7 +711,7 @@ public final class BeatTracker {
         }
         guard runs.count > 1 else { return [(0..<n, whole.signature, whole.meter, whole.phase)] }
         return runs.map { r in
-            let m = metre(accents: accents, compound: r.signature.isCompound, range: r.start..<r.end)
+            let m = metre(accents: accents, bass: bass, compound: r.signature.isCompound, range: r.start..<r.end)
             return (r.start..<r.end, r.signature, m.meter, m.phase)
         }
     }
@@ -710,8 +749,9 @@ public final class BeatTracker {
         let times = frames.map { BeatTracker.time(ofFrame: $0) }
         guard times.count >= 2 else { return nil }
         let accents = BeatTracker.barAccents(frames: frames, low: low, chroma: chroma)
-        let whole = BeatTracker.metre(accents: accents, compound: division.compound)
-        let stretches = BeatTracker.metreChanges(frames: frames, onset: onset, accents: accents, whole: whole)
+        let bass = BeatTracker.bassAccents(frames: frames, low: low)
+        let whole = BeatTracker.metre(accents: accents, bass: bass, compound: division.compound)
+        let stretches = BeatTracker.metreChanges(frames: frames, onset: onset, accents: accents, bass: bass, whole: whole)
         let fileTimes = selection.map { sel in frames.map { BeatTracker.time(ofFrame: sel.frames[min($0, sel.frames.count - 1)]) } } ?? times
         // Bars start again at each change of time signature.
         var bars: [Double] = []

@@ -1,4 +1,4 @@
-import EarmarkAnalysis
+@testable import EarmarkAnalysis
 import EarmarkTestSupport
 import Foundation
 import Testing
@@ -14,8 +14,8 @@ private func renders() throws -> URL {
 
 @Suite("Metre: time signature")
 struct MetreTests {
-    @Test("rendered pieces get their own time signature: the jig 6/8 (beats at the dotted quarter), the march 4/4, the waltz 3/4",
-          arguments: ["jig", "march", "waltz"])
+    @Test("rendered pieces get their own time signature: the jig 6/8 (beats at the dotted quarter), the barcarolle 12/8 (its bass leans on the first of four beats only), the march 4/4, the waltz 3/4",
+          arguments: ["jig", "barcarolle", "march", "waltz"])
     func rendered(piece: String) throws {
         let dir = try renders()
         struct Truth: Decodable { var bpm: Double; var beatsPerBar: Int; var timeSignature: String }
@@ -44,6 +44,25 @@ struct MetreTests {
         // Bars of three after the change: downbeats 3 beats apart.
         let after = r.beats.filter { $0 > join + 2 }, bars = r.bars.filter { $0 > join + 2 }
         #expect(bars.count >= 15 && abs(Double(after.count) / Double(bars.count) - 3) < 0.2, "\(after.count) beats, \(bars.count) bars")
+    }
+
+    @Test("in compound time the bass tells 12/8 from 6/8: harmony leaning on beats 1 and 3 alike does not make bars of two")
+    func compoundBars() {
+        // 48 dotted-quarter beats whose whole accents (harmony and bass) lean on every other beat, the first a little more.
+        let accents = (0..<48).map { i -> Double in i % 4 == 0 ? 2.2 : (i % 2 == 0 ? 2 : -1) }
+        // The bass leans on the bar's first beat only (12/8), or on every other beat alike (6/8).
+        let first = (0..<48).map { i -> Double in i % 4 == 0 ? 1.5 : -0.5 }
+        let pairs = (0..<48).map { i -> Double in i % 2 == 0 ? 1 : -1 }
+        #expect(BeatTracker.bassDuple(first, range: 0..<48) ?? 1 < BeatTracker.compoundBassDuple)
+        let twelve = BeatTracker.metre(accents: accents, bass: first, compound: true)
+        #expect(twelve.signature.description == "12/8" && twelve.meter == 4 && twelve.phase == 0, "\(twelve)")
+        let six = BeatTracker.metre(accents: accents, bass: pairs, compound: true)
+        #expect(six.signature.description == "6/8" && six.meter == 2 && six.phase == 0, "\(six)")
+        // In simple time the bass alone does not make bars of two: a kick on 1 and 3 under chords that change on 1 stays 4/4.
+        let chords = (0..<48).map { i -> Double in i % 4 == 0 ? 3 : -1 }
+        #expect(BeatTracker.metre(accents: chords, bass: pairs, compound: false).signature.description == "4/4")
+        // Too few beats to tell the bass's pattern.
+        #expect(BeatTracker.bassDuple(pairs, range: 0..<6) == nil)
     }
 
     @Test("silence and a few clicks have no time signature")
