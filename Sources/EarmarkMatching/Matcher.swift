@@ -800,7 +800,7 @@ public final class Matcher {
         // Chance is judged from the reference's own peak density per bin in the aligned window, so a
         // sustained note or a shared key (locally dense bins) earns no credit.
         var density = [Double](repeating: 0, count: band + 2)  // padded by one bin each side
-        for k in ref.start[lo]..<ref.start[hi + 1] { density[Int(ref.bins[k]) - configuration.minBin + 1] += 1 }
+        for k in Int(ref.start[lo])..<Int(ref.start[hi + 1]) { density[Int(ref.bins[k]) - configuration.minBin + 1] += 1 }
         let window = Double(hi - lo + 1)
         for i in density.indices { density[i] /= window }
         var matched = 0, tested = 0
@@ -813,7 +813,7 @@ public final class Matcher {
             var miss = 1.0
             for db in -1...1 { miss *= pow(max(0, 1 - density[b - configuration.minBin + db + 1]), 3) }
             expected += 1 - miss
-            for k in ref.start[f - 1]..<ref.start[f + 2] where abs(Int(ref.bins[k]) - b) <= 1 {
+            for k in Int(ref.start[f - 1])..<Int(ref.start[f + 2]) where abs(Int(ref.bins[k]) - b) <= 1 {
                 matched += 1
                 break
             }
@@ -847,11 +847,11 @@ public final class Matcher {
         for r in lo...hi {
             let f = r - offset
             let near = perFrame(f - 1) + perFrame(f) + perFrame(f + 1)
-            for k in ref.start[r]..<ref.start[r + 1] {
+            for k in Int(ref.start[r])..<Int(ref.start[r + 1]) {
                 let b = Int(ref.bins[k]), i = b - minBin + 1
                 tested += 1
                 expected += 1 - exp(-near * (perBin[i - 1] + perBin[i] + perBin[i + 1]) / total)
-                for j in query.start[f - 1]..<query.start[f + 2] where abs(Int(query.bins[j]) - b) <= 1 {
+                for j in Int(query.start[f - 1])..<Int(query.start[f + 2]) where abs(Int(query.bins[j]) - b) <= 1 {
                     matched += 1
                     break
                 }
@@ -931,13 +931,15 @@ public final class Matcher {
 /// Peaks (a track's or a query's) indexed by frame: the peaks of frame f are `bins[start[f]..<start[f + 1]]`.
 struct PeakIndex {
     var bins: [UInt16]
-    var start: [Int]
+    /// `start[f]` is the index in `bins` of frame `f`'s first peak. 32 bits: an index is built for every
+    /// candidate a search verifies (64 in a full first search), over the whole track, so its size is memory traffic.
+    var start: [UInt32]
     var frameCount: Int
     /// `peaks` in frame order.
     init(_ peaks: [(frame: UInt32, bin: UInt16)]) {
         frameCount = Int(peaks.last?.frame ?? 0) + 1
         bins = peaks.map(\.bin)
-        start = [Int](repeating: 0, count: frameCount + 2)
+        start = [UInt32](repeating: 0, count: frameCount + 2)
         for p in peaks { start[Int(p.frame) + 1] += 1 }
         for f in 1..<start.count { start[f] += start[f - 1] }
     }
