@@ -105,7 +105,7 @@ public struct MatchOptions: Sendable, Equatable {
     /// A skew trial first looks up only its anchors with their `skewScreenFanout` strongest targets, and goes on
     /// to its full search only when some track aligns ``skewScreenHits`` of those in one offset cell: in a clip
     /// that matches nothing, chance seldom aligns 3 such landmarks, while a clip at its skew aligns many (at
-    /// 10,000 h: the skew trials of a no-match 10-s clip took half the CPU time, and the skew set lost 1 of 204;
+    /// 10,000 h a 10-s clip that matches nothing took about half the CPU time, and the skew set lost 1 of 204;
     /// docs/benchmarks.md). Lookups are memoised, so a trial that goes on looks them up once. nil: no screen.
     /// Default nil; 2 for triplet keys (one triplet an anchor, a sixth of the trial's landmarks).
     public var skewScreenFanout: Int? = nil
