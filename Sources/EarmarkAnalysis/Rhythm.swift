@@ -5,7 +5,7 @@ import Foundation
 /// Beats, bars and tempo of a piece (Music Understanding's rhythm dimension).
 public struct RhythmResult: Codable, Sendable, Equatable {
     public static let kind = "rhythm"
-    public static let version = 4
+    public static let version = 5
 
     /// Beat times in seconds.
     public var beats: [Double]
