@@ -14,6 +14,10 @@ enum { block = 16 };   // positions per key block, values per value column block
 
 long earmark_attention_padded(long count) { return count <= 0 ? 0 : (count + block - 1) / block * block; }
 
+long earmark_attention_packed_count(long count, long headSize) {
+    return earmark_attention_padded(count) * earmark_attention_padded(headSize);
+}
+
 void earmark_attention_pack_keys(const float *keys, long ldk, long count, long headSize, float *packed) {
     long padded = earmark_attention_padded(count);
     for (long t0 = 0; t0 < padded; t0 += block) {
@@ -28,7 +32,7 @@ void earmark_attention_pack_values(const float *values, long ldv, long count, lo
     for (long c0 = 0; c0 < headSize; c0 += block) {
         float *b = packed + c0 * padded;
         for (long t = 0; t < padded; t++)
-            for (long i = 0; i < block; i++) b[t * block + i] = t < count ? values[t * ldv + c0 + i] : 0;
+            for (long i = 0; i < block; i++) b[t * block + i] = t < count && c0 + i < headSize ? values[t * ldv + c0 + i] : 0;
     }
 }
 
@@ -94,9 +98,10 @@ EARMARK_INLINE EARMARK_AVX2 void scores_block_avx2(const int MR, long headSize, 
     }
 }
 
-// Weighted values of MR rows (at most 6) for one column block of 16: 2 × MR accumulators over all positions.
+// Weighted values of MR rows (at most 6) for one column block of 16 (`valid` of them stored): 2 × MR accumulators over
+// all positions.
 EARMARK_INLINE EARMARK_AVX2 void values_block_avx2(const int MR, long count, const float *weights, long ldw,
-                                                   const float *values, float *out, long ldo) {
+                                                   const float *values, float *out, long ldo, long valid) {
     __m256 acc[6][2];
     for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     for (long t = 0; t < count; t++) {
@@ -108,8 +113,15 @@ EARMARK_INLINE EARMARK_AVX2 void values_block_avx2(const int MR, long count, con
         }
     }
     for (int r = 0; r < MR; r++) {
-        _mm256_storeu_ps(out + r * ldo, acc[r][0]);
-        _mm256_storeu_ps(out + r * ldo + 8, acc[r][1]);
+        if (valid == block) {
+            _mm256_storeu_ps(out + r * ldo, acc[r][0]);
+            _mm256_storeu_ps(out + r * ldo + 8, acc[r][1]);
+        } else {
+            float tmp[block];
+            _mm256_storeu_ps(tmp, acc[r][0]);
+            _mm256_storeu_ps(tmp + 8, acc[r][1]);
+            for (long i = 0; i < valid; i++) out[r * ldo + i] = tmp[i];
+        }
     }
 }
 
@@ -142,13 +154,14 @@ static EARMARK_AVX2 void values_avx2(long rows, long count, long headSize, const
         for (long c0 = 0; c0 < headSize; c0 += block) {
             const float *v = packedValues + c0 * padded, *w = weights + r0 * ldw;
             float *o = out + r0 * ldo + c0;
+            long valid = headSize - c0 < block ? headSize - c0 : block;
             switch (mr) {
-                case 1: values_block_avx2(1, count, w, ldw, v, o, ldo); break;
-                case 2: values_block_avx2(2, count, w, ldw, v, o, ldo); break;
-                case 3: values_block_avx2(3, count, w, ldw, v, o, ldo); break;
-                case 4: values_block_avx2(4, count, w, ldw, v, o, ldo); break;
-                case 5: values_block_avx2(5, count, w, ldw, v, o, ldo); break;
-                default: values_block_avx2(6, count, w, ldw, v, o, ldo); break;
+                case 1: values_block_avx2(1, count, w, ldw, v, o, ldo, valid); break;
+                case 2: values_block_avx2(2, count, w, ldw, v, o, ldo, valid); break;
+                case 3: values_block_avx2(3, count, w, ldw, v, o, ldo, valid); break;
+                case 4: values_block_avx2(4, count, w, ldw, v, o, ldo, valid); break;
+                case 5: values_block_avx2(5, count, w, ldw, v, o, ldo, valid); break;
+                default: values_block_avx2(6, count, w, ldw, v, o, ldo, valid); break;
             }
         }
     }

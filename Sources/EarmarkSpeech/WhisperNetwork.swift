@@ -65,9 +65,9 @@ public final class WhisperNetwork {
 
     // Decoder state.
     /// The window's cross-attention keys and values, packed per layer and head for `earmark_attention_scores` and
-    /// `earmark_attention_values` (layer l at `l · crossLayerStride`, head h at `h · padded · headSize` with padded =
-    /// `earmark_attention_padded(encodedPositions)`): made once per window by ``prepareDecoder()`` and read in place at
-    /// every step.
+    /// `earmark_attention_values` (layer l at `l · crossLayerStride`, head h at
+    /// `h · earmark_attention_packed_count(encodedPositions, headSize)`): made once per window by ``prepareDecoder()``
+    /// and read in place at every step.
     private let crossKeys: UnsafeMutablePointer<Float>
     private let crossValues: UnsafeMutablePointer<Float>
     private let crossLayerStride: Int
@@ -159,7 +159,7 @@ public final class WhisperNetwork {
         let wideSize = max(4 * context * d, frames * mels * 3, context * d * 3, context * context)
         // Left uninitialised: the encoder and prepareDecoder() write every value they read later, so the arena's 37 MB
         // only become resident at the first window (after speech detection has freed its buffers, in `transcribe`).
-        let crossLayerStride = earmark_attention_padded(context) * d
+        let crossLayerStride = a.audioHeads * earmark_attention_packed_count(context, d / a.audioHeads)
         let arenaSize = max(3 * context * d + qkvSize + wideSize, 2 * a.textLayers * crossLayerStride)
         let arena = UnsafeMutablePointer<Float>.allocate(capacity: arenaSize)
         made.append(arena)
@@ -291,7 +291,7 @@ public final class WhisperNetwork {
     /// Projects ``encoderOutput`` to every layer's cross-attention keys and values, packs them for the attention
     /// kernels (once per window, so no step packs them again) and empties the token cache.
     public func prepareDecoder() {
-        let n = encodedPositions, hs = headSize, headStride = earmark_attention_padded(n) * headSize
+        let n = encodedPositions, hs = headSize, headStride = earmark_attention_packed_count(n, hs)
         for (l, layer) in decoderLayers.enumerated() {
             let kv = layer.crossKeyValue
             let keys = Linear(weight: kv.weight, bias: kv.bias, rows: d, cols: d)
@@ -451,7 +451,7 @@ public final class WhisperNetwork {
     /// by head, up to ``crossRows`` rows at a time (the keys and values are read once for all of them); while
     /// ``crossAttentionLogits(tokens:heads:frames:)`` runs (one row), the logits of the captured heads are copied out.
     private func attendWindow(queries: UnsafePointer<Float>, rows: Int, layer l: Int, scale: Float, into out: UnsafeMutablePointer<Float>) {
-        let d = self.d, hs = headSize, n = encodedPositions, headStride = earmark_attention_padded(n) * hs
+        let d = self.d, hs = headSize, n = encodedPositions, headStride = earmark_attention_packed_count(n, hs)
         let keys = crossKeys + l * crossLayerStride, values = crossValues + l * crossLayerStride
         var start = 0
         while start < rows {

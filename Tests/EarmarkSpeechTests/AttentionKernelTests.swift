@@ -22,9 +22,8 @@ struct AttentionKernelTests {
         let queries = (0..<(rows * ld)).map { _ in g.unit() }
         // Attention weights: non-negative, each row summing to about 1 (a softmax's output).
         let weights = (0..<(rows * count)).map { _ in (g.unit() + 1) / Float(max(1, count)) }
-        let padded = earmark_attention_padded(count)
-        var packedKeys = [Float](repeating: .nan, count: padded * headSize)
-        var packedValues = [Float](repeating: .nan, count: padded * headSize)
+        var packedKeys = [Float](repeating: .nan, count: earmark_attention_packed_count(count, headSize))
+        var packedValues = [Float](repeating: .nan, count: earmark_attention_packed_count(count, headSize))
         keys.withUnsafeBufferPointer { k in
             packedKeys.withUnsafeMutableBufferPointer { earmark_attention_pack_keys(k.baseAddress! + offset, ld, count, headSize, $0.baseAddress) }
         }
@@ -65,6 +64,7 @@ struct AttentionKernelTests {
     static let shapes: [(rows: Int, count: Int, headSize: Int)] = [
         (1, 1, 16), (1, 15, 64), (1, 16, 64), (1, 17, 64), (2, 33, 32), (3, 100, 64), (5, 1500, 64), (6, 47, 48), (7, 31, 64),
         (12, 64, 16), (13, 250, 64), (32, 1500, 64), (5, 750, 64),
+        (1, 5, 4), (5, 50, 4), (3, 40, 20), (7, 17, 1),   // head sizes that are not multiples of 16 (a foreign model's)
     ]
 
     @Test("scores and weighted values against a double-precision loop; the dispatched and the portable code agree bit for bit")

@@ -70,9 +70,11 @@ void earmark_quantise_half_rows(const uint16_t *src, long n, long k, int8_t *dst
 // - keys: blocks of 16 positions, each block headSize × 16 values (a dimension's 16 positions side by side),
 //   packed[(t / 16)·16·headSize + p·16 + t % 16] = keys[t·ldk + p], zero past `count`;
 // - values: column blocks of 16, each padded × 16 values (a position's 16 columns side by side),
-//   packed[(c / 16)·16·padded + t·16 + c % 16] = values[t·ldv + c], zero past `count`;
-// with padded = earmark_attention_padded(count) and headSize a multiple of 16. Each packing holds padded · headSize values.
+//   packed[(c / 16)·16·padded + t·16 + c % 16] = values[t·ldv + c], zero past `count` and past `headSize`;
+// with padded = earmark_attention_padded(count), count rounded up to a multiple of 16. Each packing holds
+// earmark_attention_packed_count(count, headSize) values (padded × headSize rounded up to a multiple of 16).
 long earmark_attention_padded(long count);
+long earmark_attention_packed_count(long count, long headSize);
 void earmark_attention_pack_keys(const float *keys, long ldk, long count, long headSize, float *packed);
 void earmark_attention_pack_values(const float *values, long ldv, long count, long headSize, float *packed);
 
