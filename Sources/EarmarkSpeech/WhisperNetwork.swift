@@ -64,8 +64,15 @@ public final class WhisperNetwork {
     public private(set) var encodedPositions: Int
 
     // Decoder state.
+    /// The window's cross-attention keys and values, packed per layer and head for `earmark_attention_scores` and
+    /// `earmark_attention_values` (layer l at `l · crossLayerStride`, head h at
+    /// `h · earmark_attention_packed_count(encodedPositions, headSize)`): made once per window by ``prepareDecoder()``
+    /// and read in place at every step.
     private let crossKeys: UnsafeMutablePointer<Float>
     private let crossValues: UnsafeMutablePointer<Float>
+    private let crossLayerStride: Int
+    /// One layer's keys or values as rows of width d, before they are packed (`audioContext × audioState`).
+    private let crossStaging: UnsafeMutablePointer<Float>
     /// Self-attention key/value caches, one slot per sequence decoded side by side (beam search, sampling
     /// several candidates): slot s, layer l starts at `(s · layers + l) · textContext · d`.
     private var selfKeys: UnsafeMutablePointer<Float>
@@ -152,7 +159,8 @@ public final class WhisperNetwork {
         let wideSize = max(4 * context * d, frames * mels * 3, context * d * 3, context * context)
         // Left uninitialised: the encoder and prepareDecoder() write every value they read later, so the arena's 37 MB
         // only become resident at the first window (after speech detection has freed its buffers, in `transcribe`).
-        let arenaSize = max(3 * context * d + qkvSize + wideSize, 2 * a.textLayers * context * d)
+        let crossLayerStride = a.audioHeads * earmark_attention_packed_count(context, d / a.audioHeads)
+        let arenaSize = max(3 * context * d + qkvSize + wideSize, 2 * a.textLayers * crossLayerStride)
         let arena = UnsafeMutablePointer<Float>.allocate(capacity: arenaSize)
         made.append(arena)
         x = arena
@@ -165,7 +173,11 @@ public final class WhisperNetwork {
         stem = qkv
         encoded = buffer(context * d)
         crossKeys = arena
-        crossValues = arena + a.textLayers * context * d
+        crossValues = arena + a.textLayers * crossLayerStride
+        self.crossLayerStride = crossLayerStride
+        // Written before it is read, like the arena.
+        crossStaging = .allocate(capacity: context * d)
+        made.append(crossStaging)
         stepScores = buffer(max(context, textContext))
         crossScores = buffer(WhisperNetwork.crossRows * context)
         allocations = made
@@ -276,14 +288,22 @@ public final class WhisperNetwork {
 
     // MARK: Decoder
 
-    /// Projects ``encoderOutput`` to every layer's cross-attention keys and values and empties the token cache.
+    /// Projects ``encoderOutput`` to every layer's cross-attention keys and values, packs them for the attention
+    /// kernels (once per window, so no step packs them again) and empties the token cache.
     public func prepareDecoder() {
+        let n = encodedPositions, hs = headSize, headStride = earmark_attention_packed_count(n, hs)
         for (l, layer) in decoderLayers.enumerated() {
             let kv = layer.crossKeyValue
             let keys = Linear(weight: kv.weight, bias: kv.bias, rows: d, cols: d)
             let values = Linear(weight: kv.weight + d * d, bias: kv.bias + d, rows: d, cols: d)
-            WhisperNetwork.affine(encoded, rows: encodedPositions, keys, into: crossKeys + l * context * d, accumulate: false)
-            WhisperNetwork.affine(encoded, rows: encodedPositions, values, into: crossValues + l * context * d, accumulate: false)
+            WhisperNetwork.affine(encoded, rows: n, keys, into: crossStaging, accumulate: false)
+            for head in 0..<heads {
+                earmark_attention_pack_keys(crossStaging + head * hs, d, n, hs, crossKeys + l * crossLayerStride + head * headStride)
+            }
+            WhisperNetwork.affine(encoded, rows: n, values, into: crossStaging, accumulate: false)
+            for head in 0..<heads {
+                earmark_attention_pack_values(crossStaging + head * hs, d, n, hs, crossValues + l * crossLayerStride + head * headStride)
+            }
         }
         position = 0
     }
@@ -375,20 +395,7 @@ public final class WhisperNetwork {
             // Cross-attention over the window.
             WhisperNetwork.layerNorm(tx, rows: rows, width: d, layer.crossNorm, into: th)
             halfLinear(th, rows: rows, layer.crossQuery, into: tqkv, accumulate: false)
-            if capture == nil && rows > 1 {
-                var start = 0
-                while start < rows {
-                    let group = min(WhisperNetwork.crossRows, rows - start)
-                    attend(queries: tqkv + start * d, rows: group, keys: crossKeys + l * context * d, values: crossValues + l * context * d,
-                           count: encodedPositions, scale: scale, into: ta + start * d)
-                    start += group
-                }
-            } else {
-                for r in 0..<rows {
-                    attend(query: tqkv + r * d, keys: crossKeys + l * context * d, values: crossValues + l * context * d, count: encodedPositions,
-                           scale: scale, into: ta + r * d, captureLayer: capture == nil ? nil : l)
-                }
-            }
+            attendWindow(queries: tqkv, rows: rows, layer: l, scale: scale, into: ta)
             halfLinear(ta, rows: rows, layer.crossOutput, into: tx, accumulate: true)
             // Feed-forward.
             WhisperNetwork.layerNorm(tx, rows: rows, width: d, layer.ffnNorm, into: th)
@@ -427,37 +434,38 @@ public final class WhisperNetwork {
         return out
     }
 
-    /// One query against `count` keys and values (rows of width d), head by head; with `captureLayer`, the
-    /// logits of the captured heads are copied out (see ``crossAttentionLogits(tokens:heads:frames:)``).
+    /// One query against `count` keys and values (rows of width d), head by head: the self-attention over a cache slot.
     private func attend(query: UnsafePointer<Float>, keys: UnsafePointer<Float>, values: UnsafePointer<Float>, count: Int,
-                        scale: Float, into out: UnsafeMutablePointer<Float>, captureLayer: Int? = nil) {
+                        scale: Float, into out: UnsafeMutablePointer<Float>) {
         let d = self.d, hs = headSize
         for head in 0..<heads {
             cblas_sgemv(CblasRowMajor, CblasNoTrans, Int32(count), Int32(hs), scale, keys + head * hs, Int32(d),
                         query + head * hs, 1, 0, stepScores, 1)
-            if let l = captureLayer, let capture, captureIndex[l * heads + head] >= 0 {
-                let i = captureIndex[l * heads + head]
-                (capture + (i * captureTokens + position) * captureFrames).update(from: stepScores, count: min(captureFrames, count))
-            }
             WhisperNetwork.softmax(stepScores, count: count)
             cblas_sgemv(CblasRowMajor, CblasTrans, Int32(count), Int32(hs), 1, values + head * hs, Int32(d),
                         stepScores, 1, 0, out + head * hs, 1)
         }
     }
 
-    /// ``attend(query:keys:values:count:scale:into:captureLayer:)`` for `rows` queries (rows of width d) against the
-    /// same keys and values: two GEMMs per head instead of two GEMVs per head and row, so the keys and values (3 MB
-    /// each per layer for a whole window) are read once for all rows. The same sums, in another order.
-    private func attend(queries: UnsafePointer<Float>, rows: Int, keys: UnsafePointer<Float>, values: UnsafePointer<Float>, count: Int,
-                        scale: Float, into out: UnsafeMutablePointer<Float>) {
-        precondition(rows <= WhisperNetwork.crossRows && count <= context)
-        let d = self.d, hs = headSize
-        for head in 0..<heads {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(rows), Int32(count), Int32(hs), scale,
-                        queries + head * hs, Int32(d), keys + head * hs, Int32(d), 0, crossScores, Int32(count))
-            for r in 0..<rows { WhisperNetwork.softmax(crossScores + r * count, count: count) }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Int32(rows), Int32(hs), Int32(count), 1,
-                        crossScores, Int32(count), values + head * hs, Int32(d), 0, out + head * hs, Int32(d))
+    /// Cross-attention of `rows` queries (rows of width d) over the window's packed keys and values of layer `l`, head
+    /// by head, up to ``crossRows`` rows at a time (the keys and values are read once for all of them); while
+    /// ``crossAttentionLogits(tokens:heads:frames:)`` runs (one row), the logits of the captured heads are copied out.
+    private func attendWindow(queries: UnsafePointer<Float>, rows: Int, layer l: Int, scale: Float, into out: UnsafeMutablePointer<Float>) {
+        let d = self.d, hs = headSize, n = encodedPositions, headStride = earmark_attention_packed_count(n, hs)
+        let keys = crossKeys + l * crossLayerStride, values = crossValues + l * crossLayerStride
+        var start = 0
+        while start < rows {
+            let group = min(WhisperNetwork.crossRows, rows - start)
+            for head in 0..<heads {
+                earmark_attention_scores(group, n, hs, queries + start * d + head * hs, d, keys + head * headStride, scale, crossScores, n)
+                if let capture, captureIndex[l * heads + head] >= 0 {
+                    let i = captureIndex[l * heads + head]
+                    (capture + (i * captureTokens + position) * captureFrames).update(from: crossScores, count: min(captureFrames, n))
+                }
+                for r in 0..<group { WhisperNetwork.softmax(crossScores + r * n, count: n) }
+                earmark_attention_values(group, n, hs, crossScores, n, values + head * headStride, out + start * d + head * hs, d)
+            }
+            start += group
         }
     }
 

@@ -65,4 +65,34 @@ long earmark_int8_gemm_scratch_count(long rows, long k);
 // −127…127 (a row of zeros gives zeros and scale 0). Each value is then within scales[j] / 2 of the original.
 void earmark_quantise_half_rows(const uint16_t *src, long n, long k, int8_t *dst, float *scales);
 
+// Cross-attention of few query rows (a decoder step's beams) against one head's keys and values, which are packed once
+// per window so that every step reads them in place, in the order the kernels walk them:
+// - keys: blocks of 16 positions, each block headSize × 16 values (a dimension's 16 positions side by side),
+//   packed[(t / 16)·16·headSize + p·16 + t % 16] = keys[t·ldk + p], zero past `count`;
+// - values: column blocks of 16, each padded × 16 values (a position's 16 columns side by side),
+//   packed[(c / 16)·16·padded + t·16 + c % 16] = values[t·ldv + c], zero past `count` and past `headSize`;
+// with padded = earmark_attention_padded(count), count rounded up to a multiple of 16. Each packing holds
+// earmark_attention_packed_count(count, headSize) values (padded × headSize rounded up to a multiple of 16).
+long earmark_attention_padded(long count);
+long earmark_attention_packed_count(long count, long headSize);
+void earmark_attention_pack_keys(const float *keys, long ldk, long count, long headSize, float *packed);
+void earmark_attention_pack_values(const float *values, long ldv, long count, long headSize, float *packed);
+
+// scores[r·lds + t] = (Σ_p q[r·ldq + p] · key[t][p]) · scale for r < rows, t < count, the sum a chain of fused
+// multiply-adds from 0 in the order p = 0, 1, … (so the AVX2 + FMA code, chosen at run time, and the portable code, with
+// fmaf, give the same bits).
+void earmark_attention_scores(long rows, long count, long headSize, const float *q, long ldq, const float *packedKeys,
+                              float scale, float *scores, long lds);
+
+// out[r·ldo + c] = Σ_t weights[r·ldw + t] · value[t][c] for r < rows, c < headSize, a chain of fused multiply-adds from 0
+// in the order t = 0, 1, … (same bits on both paths, as the scores).
+void earmark_attention_values(long rows, long count, long headSize, const float *weights, long ldw,
+                              const float *packedValues, float *out, long ldo);
+
+// The two products with the portable code only (for tests).
+void earmark_attention_scores_portable(long rows, long count, long headSize, const float *q, long ldq,
+                                       const float *packedKeys, float scale, float *scores, long lds);
+void earmark_attention_values_portable(long rows, long count, long headSize, const float *weights, long ldw,
+                                       const float *packedValues, float *out, long ldo);
+
 #endif
