@@ -15,7 +15,7 @@ import Foundation
 ///
 /// An instance owns one connection and is not thread-safe; open one per task. Several processes
 /// may use one file: readers never block, writers wait for the lock up to `busyTimeout`.
-public final class Catalog {
+public final class Catalog: CatalogStore {
     /// The schema version this build writes; older catalogs are migrated when opened for writing.
     public static let schemaVersion = 3
     /// The layout version of the hash index's segment files (their magic is `EARMKIX` and this digit).
@@ -41,6 +41,7 @@ public final class Catalog {
     public var inFilePostings = 1_000_000
 
     public let path: String
+    public var location: String { path }
     /// The signature algorithm of the catalog: the one asked for, or, when the default was asked for, whichever
     /// released version the catalog was built with.
     public private(set) var configuration: SignatureConfiguration
@@ -352,18 +353,13 @@ public final class Catalog {
         return try s.step() ? readTrack(s) : nil
     }
 
-    /// Result of ``add(_:landmarks:)``.
-    public enum AddResult: Sendable, Equatable {
-        case added(Track)
-        /// Identical audio was already there; nothing changed.
-        case duplicate(Track)
-    }
+    public typealias AddResult = CatalogAddResult
 
     /// Adds a track, its reference landmarks, its peak constellation (used to verify candidate
     /// matches) and its analysis results in one transaction. Identical audio (same content hash) is a no-op that returns the existing track.
     /// Throws ``CatalogError/Code/invalidArgument`` (writing nothing) for data that no signature of the track's
     /// duration can hold: ``check()`` would report it as damage.
-    public func add(_ new: NewTrack, landmarks: [Landmark], peaks: [Peak], analyses: [TrackAnalysis] = []) throws -> AddResult {
+    public func add(_ new: NewTrack, landmarks: [Landmark], peaks: [Peak], analyses: [TrackAnalysis]) throws -> AddResult {
         guard new.duration.isFinite, new.duration >= 0, new.duration <= Signature.maximumDuration else {
             throw CatalogError(.invalidArgument, "invalid track duration \(new.duration) s", path: path)
         }
@@ -462,70 +458,31 @@ public final class Catalog {
         return true
     }
 
-    /// Changes a track's descriptive fields; nil leaves a field as it is. `metadata` adds or replaces keys;
-    /// `removingKeys` deletes keys, each of which must exist (``CatalogError/Code/invalidArgument`` otherwise,
-    /// changing nothing).
-    public func update(id: Int64, title: String? = nil, artist: String? = nil, album: String? = nil,
-                       metadata: [String: JSONValue]? = nil, removingKeys: Set<String> = []) throws -> Track {
+    public func update(id: Int64, _ change: TrackChange) throws -> Track {
         try db.writeTransaction {
             guard let t = try track(id: id) else { throw CatalogError(.noSuchTrack, "no track with id \(id)", path: path) }
-            if let missing = removingKeys.sorted().first(where: { t.metadata[$0] == nil }) {
+            if let missing = change.removingKeys.sorted().first(where: { t.metadata[$0] == nil }) {
                 throw CatalogError(.invalidArgument, "track \(id) has no metadata key '\(missing)'", path: path)
             }
             let s = try db.prepare("UPDATE tracks SET title = ?2, artist = ?3, album = ?4, metadata = ?5 WHERE id = ?1")
             s.bind(1, id)
-            s.bind(2, title ?? t.title)
-            s.bind(3, artist ?? t.artist)
-            s.bind(4, album ?? t.album)
-            var meta = metadata.map { t.metadata.merging($0) { _, new in new } } ?? t.metadata
-            for key in removingKeys { meta[key] = nil }
+            s.bind(2, change.title ?? t.title)
+            s.bind(3, change.artist ?? t.artist)
+            s.bind(4, change.album ?? t.album)
+            var meta = change.metadata.map { t.metadata.merging($0) { _, new in new } } ?? t.metadata
+            for key in change.removingKeys { meta[key] = nil }
             s.bind(5, String(decoding: try JSONEncoder().encode(meta), as: UTF8.self))
             try s.run()
             return try track(id: id)!
         }
     }
 
-    /// Copies every track of `source` (same signature algorithm) into this catalog: its postings, stored peaks,
-    /// analyses, descriptions and source file. Tracks get new ids here (the result maps them); a track whose
-    /// content hash is already here is not copied (`.duplicate`, with the track it duplicates). Each track is
-    /// its own transaction, as with ``add(_:landmarks:peaks:analyses:)``. The source's hash index is read
-    /// once per batch of tracks holding up to `batchPostings` postings, which bounds the memory used.
-    /// Ends with ``close()``.
-    public func merge(from source: Catalog, batchPostings: Int = 16_000_000,
-                      progress: (_ done: Int, _ total: Int, _ sourceTrack: Track, _ result: AddResult) -> Void = { _, _, _, _ in })
-        throws -> [(source: Track, result: AddResult)] {
-        guard source.configuration.version == configuration.version else {
-            throw CatalogError(.versionMismatch, "cannot merge a catalog of signature algorithm \(source.configuration.version) into one of \(configuration.version)", path: source.path)
-        }
-        let tracks = try source.tracks()
-        var out: [(source: Track, result: AddResult)] = []
-        var start = 0
-        while start < tracks.count {
-            var end = start, budget = 0
-            while end < tracks.count, end == start || budget + tracks[end].landmarkCount <= batchPostings {
-                budget += tracks[end].landmarkCount
-                end += 1
-            }
-            let batch = tracks[start..<end]
-            var landmarks = try source.landmarks(ofTracks: Set(batch.map(\.id)))
-            for t in batch {
-                let peaks = try source.peaks(trackID: t.id).map { Peak(frame: $0.frame, bin: $0.bin, rank: 0, level: 0) }
-                let stamp = try source.db.cached("SELECT source_size, source_mtime FROM tracks WHERE id = ?1")
-                stamp.bind(1, t.id)
-                let hasStamp = try stamp.step() && !stamp.isNull(0)
-                let new = NewTrack(title: t.title, artist: t.artist, album: t.album, metadata: t.metadata, duration: t.duration,
-                                   sourcePath: t.sourcePath, sourceSize: hasStamp ? stamp.int64(0) : nil,
-                                   sourceModified: hasStamp && !stamp.isNull(1) ? stamp.double(1) : nil, contentHash: t.contentHash)
-                stamp.reset()
-                let result = try add(new, landmarks: landmarks.removeValue(forKey: t.id) ?? [], peaks: peaks,
-                                     analyses: try source.analyses(trackID: t.id))
-                out.append((t, result))
-                progress(out.count, tracks.count, t, result)
-            }
-            start = end
-        }
-        try close()
-        return out
+    public func sourceStamp(trackID: Int64) throws -> SourceStamp? {
+        let s = try db.cached("SELECT source_size, source_mtime FROM tracks WHERE id = ?1")
+        defer { s.reset() }
+        s.bind(1, trackID)
+        guard try s.step(), !s.isNull(0) else { return nil }
+        return SourceStamp(size: s.int64(0), modified: s.isNull(1) ? nil : s.double(1))
     }
 
     /// Points a track at the file it now lives in (the same audio, moved or renamed), so that the next
@@ -790,7 +747,7 @@ public final class Catalog {
     /// index segments, and from tracks still pending. `commonHashes`: skip a hash with more than this many times
     /// the index's mean postings per hash (and more than 64; each segment judges by its share): so common it says little
     /// about which track is playing, while its postings are most of a lookup's hits. nil: skip none.
-    public func lookup(hashes: [UInt32], commonHashes: Double? = nil, _ body: (Int, Int64, UInt32) -> Void) throws {
+    public func lookup(hashes: [UInt32], commonHashes: Double?, _ body: (Int, Int64, UInt32) -> Void) throws {
         guard !hashes.isEmpty else { return }
         let index = try self.index()
         try index.lookup(keys: hashes, commonKeys: commonHashes) { i, track, frame in body(i, Int64(track), frame) }
@@ -834,7 +791,7 @@ public final class Catalog {
     }
 
     /// The landmarks of the tracks with ids in `ids`, read from the index segments and pending rows.
-    func landmarks(ofTracks ids: Set<Int64>) throws -> [Int64: [Landmark]] {
+    public func landmarks(ofTracks ids: Set<Int64>) throws -> [Int64: [Landmark]] {
         var out: [Int64: [Landmark]] = [:]
         guard !ids.isEmpty else { return out }
         let index = try self.index()
