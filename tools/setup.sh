@@ -9,6 +9,7 @@ PACKAGES=(
   sox libsox-fmt-all ffmpeg sqlite3 ca-certificates espeak-ng xmp faketime
   chromium python3-websocket   # tools/browser-test.py: the page of `earmark serve` in headless Chromium, over CDP
   asterisk-core-sounds-en asterisk-core-sounds-en-wav   # speech tests: real telephone prompts and their transcripts
+  postgresql-15   # EarmarkCatalogPostgresTests: throwaway servers (initdb, pg_ctl in /usr/lib/postgresql/15/bin); the system cluster is not used
 )
 
 missing=()

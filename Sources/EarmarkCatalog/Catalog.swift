@@ -417,7 +417,7 @@ public final class Catalog: CatalogStore {
         return result
     }
 
-    static func uniqueSorted(_ landmarks: [Landmark]) -> [Landmark] {
+    package static func uniqueSorted(_ landmarks: [Landmark]) -> [Landmark] {
         var sorted = landmarks.sorted { ($0.hash, $0.frame) < ($1.hash, $1.frame) }
         var w = 0
         for i in sorted.indices where i == 0 || sorted[i] != sorted[w - 1] {
@@ -430,7 +430,7 @@ public final class Catalog: CatalogStore {
 
     /// A pending row's blob: the landmarks sorted by (hash, frame), each as varint(hash − previous hash) and
     /// varint(frame).
-    static func encodeLandmarks(_ sorted: [Landmark]) -> [UInt8] {
+    package static func encodeLandmarks(_ sorted: [Landmark]) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(sorted.count * 4)
         var last: UInt32 = 0
@@ -444,7 +444,7 @@ public final class Catalog: CatalogStore {
 
     /// Decodes a pending row's blob; nil unless it ends on a whole landmark, hashes ascend within the hash width
     /// and every frame is at or before `lastFrame`.
-    static func decodeLandmarks(_ raw: UnsafeRawBufferPointer, lastFrame: Int, hashBits: Int, _ body: (UInt32, UInt32) -> Void) -> Bool {
+    package static func decodeLandmarks(_ raw: UnsafeRawBufferPointer, lastFrame: Int, hashBits: Int, _ body: (UInt32, UInt32) -> Void) -> Bool {
         var r = VarintReader(raw)
         var hash: UInt64 = 0
         while r.offset < raw.count {
@@ -855,7 +855,7 @@ public final class Catalog: CatalogStore {
     /// Peak constellation blob: per peak of rank below ``SignatureConfiguration/queryRankLimit`` (the
     /// deep-pass peaks of a signature are never verified against), varint(frame − previous frame) and
     /// one byte (bin − minBin).
-    static func encodePeaks(_ peaks: [Peak], configuration: SignatureConfiguration) -> [UInt8] {
+    package static func encodePeaks(_ peaks: [Peak], configuration: SignatureConfiguration) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(peaks.count * 2 + 16)
         var last: UInt32 = 0
@@ -890,7 +890,7 @@ public final class Catalog: CatalogStore {
 
     /// Decodes a peak blob (see ``encodePeaks(_:configuration:)``); nil unless it ends on a whole peak, every
     /// bin lies in the band and every frame at or before `lastFrame`.
-    static func decodePeaks(_ raw: UnsafeRawBufferPointer, lastFrame: Int, configuration: SignatureConfiguration)
+    package static func decodePeaks(_ raw: UnsafeRawBufferPointer, lastFrame: Int, configuration: SignatureConfiguration)
         -> [(frame: UInt32, bin: UInt16)]? {
         var out: [(frame: UInt32, bin: UInt16)] = []
         out.reserveCapacity(raw.count / 2)
