@@ -25,6 +25,8 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird-websocket", from: "2.8.1"),
         // `GET /metrics` of `earmark serve` (Prometheus text format).
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        // The PostgreSQL catalog store (EarmarkCatalogPostgres).
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
     ],
     targets: [
         .systemLibrary(name: "CFFTW3", pkgConfig: "fftw3f", providers: [.apt(["libfftw3-dev"])]),
@@ -48,6 +50,10 @@ let package = Package(
         .target(name: "EarmarkSignature", dependencies: ["EarmarkDSP"]),
         .systemLibrary(name: "CPrefetch"),
         .target(name: "EarmarkCatalog", dependencies: ["CSQLite3", "CPrefetch", "EarmarkSignature"]),
+        // The catalog on a PostgreSQL server (issue 19), the same CatalogStore as the SQLite file.
+        .target(name: "EarmarkCatalogPostgres", dependencies: [
+            "EarmarkCatalog", .product(name: "PostgresNIO", package: "postgres-nio"),
+        ]),
         .target(name: "EarmarkMatching", dependencies: ["EarmarkSignature", "EarmarkCatalog"]),
         // Synthetic tracks grown from real signatures, for benchmarks of catalogs larger than the music at hand.
         .target(name: "EarmarkSynthetic", dependencies: ["EarmarkDSP", "EarmarkSignature"]),
@@ -93,6 +99,10 @@ let package = Package(
         .testTarget(name: "EarmarkDSPTests", dependencies: ["EarmarkDSP"]),
         .testTarget(name: "EarmarkSignatureTests", dependencies: ["EarmarkSignature", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkCatalogTests", dependencies: ["EarmarkCatalog", "EarmarkTestSupport"]),
+        // Runs throwaway PostgreSQL 15 servers (initdb in temporary folders; tools/setup.sh installs postgresql-15).
+        .testTarget(name: "EarmarkCatalogPostgresTests", dependencies: [
+            "EarmarkCatalogPostgres", "EarmarkCatalog", "EarmarkTestSupport",
+        ]),
         .testTarget(name: "EarmarkMatchingTests", dependencies: ["EarmarkMatching", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkSyntheticTests", dependencies: ["EarmarkSynthetic", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkAnalysisTests", dependencies: ["CEBUR128", "EarmarkAnalysis", "EarmarkTestSupport"]),

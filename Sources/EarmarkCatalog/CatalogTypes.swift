@@ -79,6 +79,21 @@ public struct Track: Sendable, Equatable, Codable {
     public var landmarkCount: Int
     /// When it was added (ISO 8601, UTC).
     public var addedAt: String
+
+    /// For the package's other catalog stores.
+    package init(id: Int64, title: String?, artist: String?, album: String?, metadata: [String: JSONValue], duration: Double,
+                 sourcePath: String?, contentHash: String, landmarkCount: Int, addedAt: String) {
+        self.id = id
+        self.title = title
+        self.artist = artist
+        self.album = album
+        self.metadata = metadata
+        self.duration = duration
+        self.sourcePath = sourcePath
+        self.contentHash = contentHash
+        self.landmarkCount = landmarkCount
+        self.addedAt = addedAt
+    }
 }
 
 /// What is needed to add a track.
@@ -119,6 +134,19 @@ public struct CatalogStats: Sendable, Codable, Equatable {
     public var fileBytes: Int64
     /// File bytes per hour of indexed audio.
     public var bytesPerHour: Double
+
+    /// For the package's other catalog stores.
+    package init(path: String, schemaVersion: Int, signatureVersion: Int, trackCount: Int, totalDuration: Double, landmarkCount: Int,
+                 fileBytes: Int64, bytesPerHour: Double) {
+        self.path = path
+        self.schemaVersion = schemaVersion
+        self.signatureVersion = signatureVersion
+        self.trackCount = trackCount
+        self.totalDuration = totalDuration
+        self.landmarkCount = landmarkCount
+        self.fileBytes = fileBytes
+        self.bytesPerHour = bytesPerHour
+    }
 }
 
 /// One stored analysis result of a track: a kind ("loudness", …), the version of the analysis that made

@@ -1,0 +1,736 @@
+import EarmarkCatalog
+import EarmarkSignature
+import Foundation
+import PostgresNIO
+
+/// A catalog kept in a PostgreSQL database (version 15 or later): the same tracks, peaks, landmarks and analyses as
+/// ``Catalog``'s SQLite file, with the same meaning, so every ``CatalogStore`` user answers alike on both.
+///
+/// This is the **small-catalog layout**, the first step of issue 19: each track's landmarks are one `bytea` row (the
+/// varint encoding of ``Catalog``'s pending rows), written in the track's own transaction, and a lookup serves from an
+/// in-memory overlay of every track's postings sorted by hash, reloaded when the catalog changed (a change counter
+/// that every write transaction bumps), as ``Catalog`` serves its pending rows. Fine up to a few million postings
+/// (tens of hours of audio); the segment layout for large catalogs comes next.
+///
+/// The protocol is synchronous: an instance owns one connection (postgres-nio, on the shared NIO event loop group) and
+/// blocks the calling thread while it waits for the server; never call it from an event loop thread. Not thread-safe:
+/// open one per task, as with ``Catalog``. Writers from several processes or machines are safe: each write is one
+/// transaction, creating the schema takes an advisory lock, and an add of audio that another connection is adding at the
+/// same moment waits for it and answers `.duplicate`.
+public final class PostgresCatalog: CatalogStore {
+    /// The schema version this build writes (`catalog_info.schema_version`).
+    public static let schemaVersion = 1
+    /// The advisory lock key that serializes migrations ("ERMKCAT1").
+    static let migrationLock: Int64 = 0x4552_4D4B_4341_5431
+
+    /// Where the catalog is: the URL without its password.
+    public let location: String
+    /// The signature algorithm of the catalog: the one asked for, or, when the default was asked for, whichever
+    /// released version the catalog was built with.
+    public private(set) var configuration: SignatureConfiguration
+    /// The parsed URL.
+    public let target: PostgresURL
+    private let readOnly: Bool
+    private let connection: PostgresConnection
+    private let logger: Logger
+    /// Every track's postings sorted by key, as of change counter `version`.
+    private var overlay: (postings: [OverlayPosting], version: Int64)?
+    private var countedTracks: (count: Int, version: Int64)?
+
+    struct OverlayPosting {
+        var key: UInt32
+        var frame: UInt32
+        var track: Int64
+    }
+
+    /// Opens (or creates) the catalog in the database `url` names (`postgres://user@host:port/db`, see ``PostgresURL``).
+    /// The database itself must exist; the catalog's tables are created in it when `create` is set.
+    /// - Parameters:
+    ///   - create: create the catalog's tables when the database has none; otherwise such a database is ``CatalogError/Code/notFound``.
+    ///   - readOnly: open without write access (the session's transactions are read-only).
+    ///   - busyTimeout: seconds to wait for another connection's locks (PostgreSQL's `lock_timeout`) before ``CatalogError/Code/locked``.
+    public init(url: String, create: Bool = false, readOnly: Bool = false, busyTimeout: Double = 10,
+                configuration: SignatureConfiguration = .current) throws {
+        let target = try PostgresURL(url)
+        self.target = target
+        self.location = target.redacted
+        self.configuration = configuration
+        self.readOnly = readOnly
+        var logger = Logger(label: "earmark.catalog.postgres")
+        logger.logLevel = .critical
+        self.logger = logger
+        connection = try PostgresCatalog.connect(target, logger: logger, location: target.redacted)
+        do {
+            let ms = max(1, Int((max(0, min(busyTimeout, 86_400)) * 1000).rounded()))
+            try run("SET lock_timeout = \(ms)")
+            try run("SET client_min_messages = warning")
+            if readOnly { try run("SET default_transaction_read_only = on") }
+            try openSchema(create: create)
+        } catch {
+            let _: EventLoopFuture<Void> = connection.close()
+            throw error
+        }
+    }
+
+    deinit { let _: EventLoopFuture<Void> = connection.close() }
+
+    /// Closes the connection to the server; the instance is unusable afterwards.
+    public func disconnect() {
+        let closing: EventLoopFuture<Void> = connection.close()
+        try? closing.wait()
+    }
+
+    private static func connect(_ target: PostgresURL, logger: Logger, location: String) throws -> PostgresConnection {
+        var config: PostgresConnection.Configuration
+        switch target.host {
+        case .socket(let folder):
+            config = .init(unixSocketPath: "\(folder)/.s.PGSQL.\(target.port)", username: target.user, password: target.password,
+                           database: target.database)
+        case .tcp(let host):
+            let tls: PostgresConnection.Configuration.TLS
+            do {
+                var tlsConfig = TLSConfiguration.makeClientConfiguration()
+                switch target.sslMode {
+                case .disable: tls = .disable
+                case .prefer, .require:
+                    tlsConfig.certificateVerification = .none
+                    let context = try NIOSSLContext(configuration: tlsConfig)
+                    tls = target.sslMode == .prefer ? .prefer(context) : .require(context)
+                case .verifyCA:
+                    tlsConfig.certificateVerification = .noHostnameVerification
+                    tls = .require(try NIOSSLContext(configuration: tlsConfig))
+                case .verifyFull:
+                    tls = .require(try NIOSSLContext(configuration: tlsConfig))
+                }
+            } catch {
+                throw CatalogError(.ioError, "cannot set up TLS for \(target.endpoint): \(error)", path: location)
+            }
+            config = .init(host: host, port: target.port, username: target.user, password: target.password,
+                           database: target.database, tls: tls)
+        }
+        config.options.connectTimeout = .milliseconds(Int64(target.connectTimeout * 1000))
+        let future = PostgresConnection.connect(on: MultiThreadedEventLoopGroup.singleton.next(), configuration: config, id: 1,
+                                                logger: logger)
+        do {
+            return try future.wait()
+        } catch {
+            throw PostgresCatalog.describe(error, target: target, location: location, connecting: true)
+        }
+    }
+
+    // MARK: Talking to the server
+
+    /// Runs one statement and returns its rows (all of them, in memory).
+    @discardableResult
+    private func run(_ sql: String, _ binds: PostgresBindings = PostgresBindings()) throws -> [PostgresRow] {
+        do {
+            return try connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger).wait().rows
+        } catch {
+            throw PostgresCatalog.describe(error, target: target, location: location, connecting: false)
+        }
+    }
+
+    /// Runs `body` in one transaction; rolls it back when `body` throws.
+    private func transaction<T>(_ body: () throws -> T) throws -> T {
+        try run("BEGIN")
+        do {
+            let result = try body()
+            try run("COMMIT")
+            return result
+        } catch {
+            _ = try? run("ROLLBACK")
+            throw error
+        }
+    }
+
+    /// Decodes a row's columns; a row that cannot be what this build wrote is ``CatalogError/Code/damaged``.
+    private func decode<each C: PostgresDecodable>(_ row: PostgresRow, _ types: (repeat each C).Type, _ what: @autoclosure () -> String) throws -> (repeat each C) {
+        do {
+            return try row.decode(types)
+        } catch {
+            throw damaged("\(what()) cannot be read (\(error))")
+        }
+    }
+
+    /// ``decode(_:_:_:)`` of a single column.
+    private func decode<C: PostgresDecodable>(_ row: PostgresRow, _ type: C.Type, _ what: @autoclosure () -> String) throws -> C {
+        do {
+            return try row.decode(type)
+        } catch {
+            throw damaged("\(what()) cannot be read (\(error))")
+        }
+    }
+
+    /// The error for stored data that cannot be what this build wrote.
+    func damaged(_ what: String) -> CatalogError {
+        CatalogError(.damaged, "damaged catalog: \(what); run `earmark catalog check`", path: location)
+    }
+
+    private func refuseIfReadOnly() throws {
+        if readOnly { throw CatalogError(.readOnly, "catalog opened read-only", path: location) }
+    }
+
+    /// A ``CatalogError`` for an error of postgres-nio or the server, naming the server.
+    static func describe(_ error: any Error, target: PostgresURL, location: String, connecting: Bool) -> CatalogError {
+        if let e = error as? CatalogError { return e }
+        let at = target.endpoint
+        if let e = error as? PSQLError {
+            if e.code == .server, let info = e.serverInfo {
+                let state = info[.sqlState] ?? "", message = info[.message] ?? "server error"
+                let code: CatalogError.Code
+                switch state {
+                case "55P03", "40001", "40P01": code = .locked
+                case "25006", "42501": code = .readOnly
+                case "3D000": code = .notFound
+                case "42P07", "42P01", "42703": code = .damaged
+                default: code = .ioError
+                }
+                let what = state == "3D000" ? "no database \(target.database) on the PostgreSQL server at \(at) (create it, e.g. `createdb`): \(message)"
+                    : code == .damaged ? "not an Earmark catalog, or a damaged one: the database's tables are not what this build wrote (PostgreSQL server at \(at): \(message))"
+                    : state == "55P03" ? "another connection holds a lock longer than the busy timeout (PostgreSQL server at \(at): \(message))"
+                    : "PostgreSQL server at \(at): \(message) (SQLSTATE \(state))"
+                return CatalogError(code, what, path: location)
+            }
+            if e.code == .authMechanismRequiresPassword {
+                return CatalogError(.ioError, "the PostgreSQL server at \(at) asks user \(target.user) for a password: give it in the URL, PGPASSWORD or ~/.pgpass", path: location)
+            }
+            let cause = e.underlying.map { ": \($0)" } ?? ""
+            if connecting {
+                return CatalogError(.ioError, "cannot connect to the PostgreSQL server at \(at): \(e.code)\(cause)", path: location)
+            }
+            if e.code == .connectionError || e.code == .uncleanShutdown || e.code == .sslUnsupported || e.code == .failedToAddSSLHandler {
+                return CatalogError(.ioError, connecting ? "cannot connect to the PostgreSQL server at \(at)\(cause)"
+                                        : "lost the connection to the PostgreSQL server at \(at)\(cause)", path: location)
+            }
+            if e.code == .serverClosedConnection || e.code == .clientClosedConnection {
+                return CatalogError(.ioError, "the connection to the PostgreSQL server at \(at) is closed (server stopped or restarted?)\(cause)", path: location)
+            }
+            return CatalogError(.ioError, "PostgreSQL server at \(at): \(e.code)\(cause)", path: location)
+        }
+        if error is PostgresDecodingError {
+            return CatalogError(.damaged, "damaged catalog: a row from the PostgreSQL server at \(at) cannot be read (\(error)); run `earmark catalog check`", path: location)
+        }
+        return CatalogError(.ioError, connecting ? "cannot connect to the PostgreSQL server at \(at): \(error)" : "PostgreSQL server at \(at): \(error)", path: location)
+    }
+
+    private static func binds(_ values: (inout PostgresBindings) throws -> Void) rethrows -> PostgresBindings {
+        var b = PostgresBindings()
+        try values(&b)
+        return b
+    }
+
+    // MARK: Schema
+
+    /// Numbered migrations: the SQL statements of each schema version.
+    static let migrations: [(version: Int, statements: [String])] = [
+        (1, [
+            "CREATE TABLE catalog_info(key text PRIMARY KEY, value text NOT NULL)",
+            // One row: bumped by every write transaction, so readers know when to reload what they hold.
+            "CREATE TABLE catalog_state(id integer PRIMARY KEY CHECK (id = 1), changes bigint NOT NULL)",
+            "INSERT INTO catalog_state VALUES (1, 0)",
+            """
+            CREATE TABLE tracks(
+              id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+              title text, artist text, album text,
+              metadata jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(metadata) = 'object'),
+              duration double precision NOT NULL,
+              source_path text, source_size bigint, source_mtime double precision,
+              content_hash text NOT NULL UNIQUE,
+              landmark_count bigint NOT NULL,
+              added_at text NOT NULL)
+            """,
+            "CREATE INDEX tracks_source ON tracks(source_path)",
+            "CREATE TABLE track_landmarks(track_id bigint PRIMARY KEY REFERENCES tracks(id) ON DELETE CASCADE, data bytea NOT NULL)",
+            "CREATE TABLE track_peaks(track_id bigint PRIMARY KEY REFERENCES tracks(id) ON DELETE CASCADE, data bytea NOT NULL)",
+            // json, not jsonb: an analysis is given back byte for byte as it was stored, as the SQLite store does.
+            """
+            CREATE TABLE track_analysis(
+              track_id bigint NOT NULL REFERENCES tracks(id) ON DELETE CASCADE, kind text NOT NULL,
+              version integer NOT NULL, data json NOT NULL, PRIMARY KEY (track_id, kind))
+            """,
+        ]),
+    ]
+
+    private func hasInfoTable() throws -> Bool {
+        let rows = try run("SELECT to_regclass('catalog_info') IS NOT NULL")
+        return try rows.first.map { try decode($0, Bool.self, "the catalog's tables") } ?? false
+    }
+
+    private func info() throws -> [String: String] {
+        var out: [String: String] = [:]
+        for row in try run("SELECT key, value FROM catalog_info") {
+            let (k, v) = try decode(row, (String, String).self, "catalog_info")
+            out[k] = v
+        }
+        return out
+    }
+
+    private func openSchema(create: Bool) throws {
+        let exists = try hasInfoTable()
+        if !exists {
+            guard create, !readOnly else {
+                throw CatalogError(.notFound, "no catalog in database \(target.database) on \(target.endpoint); build one with `earmark catalog add`", path: location)
+            }
+        }
+        if !readOnly { try migrate() }
+        let info = try self.info()
+        try checkFormat(info)
+        let sigVersion = info["signature_version"].flatMap(Int.init) ?? -1
+        if sigVersion != Int(configuration.version), configuration == .current,
+           let released = UInt16(exactly: sigVersion).flatMap(SignatureConfiguration.released(version:)) {
+            configuration = released
+        }
+        guard sigVersion == Int(configuration.version) else {
+            throw CatalogError(.versionMismatch,
+                               "catalog was built with signature algorithm \(sigVersion); this build uses \(configuration.version). Build a new catalog from the source files",
+                               path: location)
+        }
+    }
+
+    /// Refuses a `catalog_info` that is not an Earmark catalog's, or one of a newer schema.
+    private func checkFormat(_ info: [String: String]) throws {
+        guard info["format"] == "earmark-catalog" else {
+            throw CatalogError(.damaged, "not an Earmark catalog (catalog_info says format \(info["format"] ?? "nothing"))", path: location)
+        }
+        guard let schema = info["schema_version"].flatMap(Int.init) else {
+            throw CatalogError(.damaged, "not an Earmark catalog (catalog_info has no schema version)", path: location)
+        }
+        guard schema <= PostgresCatalog.schemaVersion else {
+            throw CatalogError(.versionMismatch, "catalog schema \(schema) is newer than this build (\(PostgresCatalog.schemaVersion)); upgrade Earmark", path: location)
+        }
+    }
+
+    /// Runs the migrations the database lacks, in one transaction under an advisory lock, so that two processes
+    /// creating or upgrading the catalog at once take turns (the second finds the work done).
+    private func migrate() throws {
+        try transaction {
+            try run("SELECT pg_advisory_xact_lock($1)", PostgresCatalog.binds { $0.append(PostgresCatalog.migrationLock) })
+            var version = 0
+            if try hasInfoTable() {
+                let info = try self.info()
+                try checkFormat(info)
+                version = Int(info["schema_version"] ?? "") ?? 0
+            }
+            guard version < PostgresCatalog.schemaVersion else { return }
+            for (target, statements) in PostgresCatalog.migrations where target > version {
+                for sql in statements { try run(sql) }
+                if target == 1 {
+                    for (k, v) in [("format", "earmark-catalog"), ("signature_version", String(configuration.version)),
+                                   ("created_at", PostgresCatalog.now())] {
+                        try run("INSERT INTO catalog_info(key, value) VALUES ($1, $2)", PostgresCatalog.binds { $0.append(k); $0.append(v) })
+                    }
+                }
+                try run("""
+                    INSERT INTO catalog_info(key, value) VALUES ('schema_version', $1)
+                    ON CONFLICT (key) DO UPDATE SET value = excluded.value
+                    """, PostgresCatalog.binds { $0.append(String(target)) })
+            }
+            try bumpChanges()
+        }
+    }
+
+    private func bumpChanges() throws {
+        try run("UPDATE catalog_state SET changes = changes + 1")
+    }
+
+    /// The change counter: differs whenever any connection committed a write since it was read.
+    private func changes() throws -> Int64 {
+        guard let row = try run("SELECT changes FROM catalog_state").first else { throw damaged("catalog_state has no row") }
+        return try decode(row, Int64.self, "catalog_state")
+    }
+
+    static func now() -> String {
+        let f = ISO8601DateFormatter()
+        f.formatOptions = [.withInternetDateTime]
+        return f.string(from: Date())
+    }
+
+    // MARK: Tracks
+
+    private static let trackColumns =
+        "id, title, artist, album, metadata::text, duration, source_path, content_hash, landmark_count, added_at"
+
+    private func readTrack(_ row: PostgresRow) throws -> Track {
+        let (id, title, artist, album, meta, duration, source, hash, count, added) =
+            try decode(row, (Int64, String?, String?, String?, String, Double, String?, String, Int64, String).self, "a track row")
+        guard let metadata = try? JSONDecoder().decode([String: JSONValue].self, from: Data(meta.utf8)) else {
+            throw damaged("track \(id)'s metadata is not a JSON object")
+        }
+        return Track(id: id, title: title, artist: artist, album: album, metadata: metadata, duration: duration,
+                     sourcePath: source, contentHash: hash, landmarkCount: Int(count), addedAt: added)
+    }
+
+    public func tracks() throws -> [Track] {
+        try run("SELECT \(PostgresCatalog.trackColumns) FROM tracks ORDER BY id").map(readTrack)
+    }
+
+    public func track(id: Int64) throws -> Track? {
+        try run("SELECT \(PostgresCatalog.trackColumns) FROM tracks WHERE id = $1", PostgresCatalog.binds { $0.append(id) })
+            .first.map(readTrack)
+    }
+
+    public func tracks(ids: some Collection<Int64>) throws -> [Int64: Track] {
+        guard !ids.isEmpty else { return [:] }
+        let rows = try run("SELECT \(PostgresCatalog.trackColumns) FROM tracks WHERE id = ANY($1)", PostgresCatalog.binds { $0.append(Array(ids)) })
+        var out: [Int64: Track] = [:]
+        for row in rows {
+            let t = try readTrack(row)
+            out[t.id] = t
+        }
+        return out
+    }
+
+    public func track(contentHash: String) throws -> Track? {
+        try run("SELECT \(PostgresCatalog.trackColumns) FROM tracks WHERE content_hash = $1", PostgresCatalog.binds { $0.append(contentHash) })
+            .first.map(readTrack)
+    }
+
+    public func unchangedTrack(sourcePath: String, size: Int64, modified: Double) throws -> Track? {
+        try run("SELECT \(PostgresCatalog.trackColumns) FROM tracks WHERE source_path = $1 AND source_size = $2 AND source_mtime = $3",
+                PostgresCatalog.binds { $0.append(sourcePath); $0.append(size); $0.append(modified) }).first.map(readTrack)
+    }
+
+    public func sourceStamp(trackID: Int64) throws -> SourceStamp? {
+        guard let row = try run("SELECT source_size, source_mtime FROM tracks WHERE id = $1", PostgresCatalog.binds { $0.append(trackID) }).first
+        else { return nil }
+        let (size, modified) = try decode(row, (Int64?, Double?).self, "track \(trackID)'s source")
+        return size.map { SourceStamp(size: $0, modified: modified) }
+    }
+
+    public func trackCount() throws -> Int {
+        let version = try changes()
+        if let c = countedTracks, c.version == version { return c.count }
+        guard let row = try run("SELECT count(*) FROM tracks").first else { return 0 }
+        let n = Int(try decode(row, Int64.self, "the track count"))
+        countedTracks = (n, version)
+        return n
+    }
+
+    // MARK: Adding
+
+    /// Adds a track in one transaction: the track, its landmarks (one `bytea` row), its peaks and its analyses.
+    /// Identical audio (same content hash), also when another connection is adding it at this moment, is a no-op
+    /// that returns the track already there.
+    public func add(_ new: NewTrack, landmarks: [Landmark], peaks: [Peak], analyses: [TrackAnalysis]) throws -> CatalogAddResult {
+        try refuseIfReadOnly()
+        guard new.duration.isFinite, new.duration >= 0, new.duration <= Signature.maximumDuration else {
+            throw CatalogError(.invalidArgument, "invalid track duration \(new.duration) s", path: location)
+        }
+        let lastFrame = configuration.lastFrame(duration: new.duration)
+        var previous: UInt32 = 0
+        for p in peaks {
+            guard p.frame >= previous, Int(p.frame) <= lastFrame, Int(p.bin) >= configuration.minBin, Int(p.bin) < configuration.maxBin else {
+                throw CatalogError(.invalidArgument, "peak at frame \(p.frame), bin \(p.bin) does not fit a \(new.duration)-s track in frame order", path: location)
+            }
+            previous = p.frame
+        }
+        if let l = landmarks.first(where: { UInt64($0.hash) >= 1 << UInt64(configuration.hashBits) || Int($0.frame) > lastFrame }) {
+            throw CatalogError(.invalidArgument, "landmark (hash \(l.hash), frame \(l.frame)) does not fit a \(new.duration)-s track", path: location)
+        }
+        let metaJSON = String(decoding: try JSONEncoder().encode(new.metadata), as: UTF8.self)
+        let unique = Catalog.uniqueSorted(landmarks)
+        let landmarkBlob = ByteBuffer(bytes: Catalog.encodeLandmarks(unique))
+        let peakBlob = ByteBuffer(bytes: Catalog.encodePeaks(peaks, configuration: configuration))
+        // The last analysis of each kind wins, as with SQLite's INSERT OR REPLACE.
+        var byKind: [String: TrackAnalysis] = [:]
+        for a in analyses { byKind[a.kind] = a }
+        let kinds = byKind.values.sorted { $0.kind < $1.kind }
+        enum Outcome { case added(Track), duplicate }
+        let outcome: Outcome = try transaction {
+            // A concurrent insert of the same content hash makes this one wait for it, then do nothing.
+            let inserted = try run("""
+                INSERT INTO tracks(title, artist, album, metadata, duration, source_path, source_size, source_mtime,
+                                   content_hash, landmark_count, added_at)
+                VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10, $11)
+                ON CONFLICT (content_hash) DO NOTHING
+                RETURNING \(PostgresCatalog.trackColumns)
+                """, PostgresCatalog.binds {
+                    $0.append(new.title); $0.append(new.artist); $0.append(new.album); $0.append(metaJSON)
+                    $0.append(new.duration); $0.append(new.sourcePath); $0.append(new.sourceSize); $0.append(new.sourceModified)
+                    $0.append(new.contentHash); $0.append(Int64(unique.count)); $0.append(PostgresCatalog.now())
+                })
+            guard let row = inserted.first else { return .duplicate }
+            let t = try readTrack(row)
+            try run("INSERT INTO track_landmarks(track_id, data) VALUES ($1, $2)", PostgresCatalog.binds { $0.append(t.id); $0.append(landmarkBlob) })
+            try run("INSERT INTO track_peaks(track_id, data) VALUES ($1, $2)", PostgresCatalog.binds { $0.append(t.id); $0.append(peakBlob) })
+            if !kinds.isEmpty {
+                try run("""
+                    INSERT INTO track_analysis(track_id, kind, version, data)
+                    SELECT $1, k, v, d::json FROM unnest($2::text[], $3::int8[], $4::text[]) AS a(k, v, d)
+                    """, PostgresCatalog.binds {
+                        $0.append(t.id); $0.append(kinds.map(\.kind)); $0.append(kinds.map { Int64($0.version) })
+                        $0.append(kinds.map { String(decoding: $0.json, as: UTF8.self) })
+                    })
+            }
+            try bumpChanges()
+            return .added(t)
+        }
+        switch outcome {
+        case .added(let t):
+            return .added(t)
+        case .duplicate:
+            guard let existing = try track(contentHash: new.contentHash) else {
+                throw CatalogError(.ioError, "track with content hash \(new.contentHash) was removed while this one was added; add it again", path: location)
+            }
+            return .duplicate(existing)
+        }
+    }
+
+    // MARK: Changing
+
+    public func update(id: Int64, _ change: TrackChange) throws -> Track {
+        try refuseIfReadOnly()
+        return try transaction {
+            guard let row = try run("SELECT \(PostgresCatalog.trackColumns) FROM tracks WHERE id = $1 FOR UPDATE",
+                                    PostgresCatalog.binds { $0.append(id) }).first else {
+                throw CatalogError(.noSuchTrack, "no track with id \(id)", path: location)
+            }
+            let t = try readTrack(row)
+            if let missing = change.removingKeys.sorted().first(where: { t.metadata[$0] == nil }) {
+                throw CatalogError(.invalidArgument, "track \(id) has no metadata key '\(missing)'", path: location)
+            }
+            var meta = change.metadata.map { t.metadata.merging($0) { _, new in new } } ?? t.metadata
+            for key in change.removingKeys { meta[key] = nil }
+            let metaJSON = String(decoding: try JSONEncoder().encode(meta), as: UTF8.self)
+            let updated = try run("""
+                UPDATE tracks SET title = $2, artist = $3, album = $4, metadata = $5::jsonb WHERE id = $1
+                RETURNING \(PostgresCatalog.trackColumns)
+                """, PostgresCatalog.binds {
+                    $0.append(id); $0.append(change.title ?? t.title); $0.append(change.artist ?? t.artist)
+                    $0.append(change.album ?? t.album); $0.append(metaJSON)
+                })
+            guard let u = updated.first else { throw CatalogError(.noSuchTrack, "no track with id \(id)", path: location) }
+            try bumpChanges()
+            return try readTrack(u)
+        }
+    }
+
+    public func relink(id: Int64, sourcePath: String, size: Int64?, modified: Double?) throws -> Track {
+        try refuseIfReadOnly()
+        return try transaction {
+            guard let row = try run("""
+                UPDATE tracks SET source_path = $2, source_size = $3, source_mtime = $4 WHERE id = $1
+                RETURNING \(PostgresCatalog.trackColumns)
+                """, PostgresCatalog.binds { $0.append(id); $0.append(sourcePath); $0.append(size); $0.append(modified) }).first else {
+                throw CatalogError(.noSuchTrack, "no track with id \(id)", path: location)
+            }
+            try bumpChanges()
+            return try readTrack(row)
+        }
+    }
+
+    /// Removes tracks and everything stored with them (their landmarks, peaks and analyses) in one transaction.
+    public func remove(ids: [Int64]) throws {
+        let doomed = Array(Set(ids)).sorted()
+        guard !doomed.isEmpty else { return }
+        try refuseIfReadOnly()
+        try transaction {
+            let found = try run("SELECT id FROM tracks WHERE id = ANY($1) FOR UPDATE", PostgresCatalog.binds { $0.append(doomed) })
+            let known = Set(try found.map { try decode($0, Int64.self, "a track id") })
+            if let missing = doomed.first(where: { !known.contains($0) }) {
+                throw CatalogError(.noSuchTrack, "no track with id \(missing)", path: location)
+            }
+            try run("DELETE FROM tracks WHERE id = ANY($1)", PostgresCatalog.binds { $0.append(doomed) })
+            try bumpChanges()
+        }
+    }
+
+    public func setAnalysis(_ a: TrackAnalysis, trackID: Int64) throws {
+        try refuseIfReadOnly()
+        try transaction {
+            guard try !run("SELECT 1 FROM tracks WHERE id = $1 FOR KEY SHARE", PostgresCatalog.binds { $0.append(trackID) }).isEmpty else {
+                throw CatalogError(.noSuchTrack, "no track \(trackID)", path: location)
+            }
+            try run("""
+                INSERT INTO track_analysis(track_id, kind, version, data) VALUES ($1, $2, $3, $4::json)
+                ON CONFLICT (track_id, kind) DO UPDATE SET version = excluded.version, data = excluded.data
+                """, PostgresCatalog.binds {
+                    $0.append(trackID); $0.append(a.kind); $0.append(Int64(a.version)); $0.append(String(decoding: a.json, as: UTF8.self))
+                })
+            try bumpChanges()
+        }
+    }
+
+    /// Nothing is deferred in this layout: every add is complete when it returns.
+    public func close() throws {}
+
+    public func analyses(trackID: Int64) throws -> [TrackAnalysis] {
+        try run("SELECT kind, version, data::text FROM track_analysis WHERE track_id = $1 ORDER BY kind COLLATE \"C\"",
+                PostgresCatalog.binds { $0.append(trackID) }).map { row in
+            let (kind, version, data) = try decode(row, (String, Int32, String).self, "an analysis of track \(trackID)")
+            return TrackAnalysis(kind: kind, version: Int(version), json: Data(data.utf8))
+        }
+    }
+
+    // MARK: Peaks and landmarks
+
+    /// The last frame a stored peak or posting of a track of `duration` s can have (a damaged duration is clamped).
+    private func lastStoredFrame(duration: Double) -> Int {
+        configuration.lastFrame(duration: duration.isNaN ? 0 : min(max(0, duration), Signature.maximumDuration))
+    }
+
+    public func peaks(trackID: Int64) throws -> [(frame: UInt32, bin: UInt16)] {
+        guard let row = try run("SELECT p.data, t.duration FROM track_peaks p JOIN tracks t ON t.id = p.track_id WHERE p.track_id = $1",
+                                PostgresCatalog.binds { $0.append(trackID) }).first else { return [] }
+        let (data, duration) = try decode(row, (ByteBuffer, Double).self, "track \(trackID)'s stored peaks")
+        let lastFrame = lastStoredFrame(duration: duration)
+        guard let peaks = data.withUnsafeReadableBytes({ Catalog.decodePeaks($0, lastFrame: lastFrame, configuration: configuration) }) else {
+            throw damaged("track \(trackID)'s stored peaks are invalid")
+        }
+        return peaks
+    }
+
+    /// Decodes one landmarks row (track id, blob, duration), calling `body(hash, frame)`; ``CatalogError/Code/damaged`` when
+    /// it cannot be what this build wrote.
+    private func decodeLandmarkRow(_ row: PostgresRow, _ body: (Int64, UInt32, UInt32) -> Void) throws -> Int64 {
+        let (id, data, duration) = try decode(row, (Int64, ByteBuffer, Double).self, "a landmarks row")
+        let lastFrame = lastStoredFrame(duration: duration)
+        let whole = data.withUnsafeReadableBytes { raw in
+            Catalog.decodeLandmarks(raw, lastFrame: lastFrame, hashBits: configuration.hashBits) { body(id, $0, $1) }
+        }
+        guard whole else { throw damaged("track \(id)'s landmarks are invalid") }
+        return id
+    }
+
+    public func landmarks(ofTracks ids: Set<Int64>) throws -> [Int64: [Landmark]] {
+        var out: [Int64: [Landmark]] = [:]
+        guard !ids.isEmpty else { return out }
+        let rows = try run("SELECT l.track_id, l.data, t.duration FROM track_landmarks l JOIN tracks t ON t.id = l.track_id WHERE l.track_id = ANY($1)",
+                           PostgresCatalog.binds { $0.append(Array(ids)) })
+        for row in rows {
+            _ = try decodeLandmarkRow(row) { id, hash, frame in out[id, default: []].append(Landmark(hash: hash, frame: frame)) }
+        }
+        return out
+    }
+
+    /// Most postings a connection holds in memory for lookups (as ``Catalog``'s pending overlay).
+    static let overlayLimit = 64_000_000
+
+    /// Every track's postings sorted by key, reloaded when the change counter moved. The counter is read before the
+    /// rows, so a write committed in between only makes the next lookup reload again.
+    private func currentOverlay() throws -> [OverlayPosting] {
+        let version = try changes()
+        if let o = overlay, o.version == version { return o.postings }
+        overlay = nil
+        var postings: [OverlayPosting] = []
+        let rows = try run("SELECT l.track_id, l.data, t.duration FROM track_landmarks l JOIN tracks t ON t.id = l.track_id ORDER BY l.track_id")
+        for row in rows {
+            _ = try decodeLandmarkRow(row) { id, hash, frame in postings.append(OverlayPosting(key: hash, frame: frame, track: id)) }
+            guard postings.count <= PostgresCatalog.overlayLimit else {
+                throw CatalogError(.invalidArgument, "more than \(PostgresCatalog.overlayLimit) postings: too large for this build's PostgreSQL layout (one row of landmarks per track, held in memory)", path: location)
+            }
+        }
+        // Stable: within a key, postings stay in track order.
+        postings = PostgresCatalog.sortedByKey(postings)
+        overlay = (postings, version)
+        return postings
+    }
+
+    /// A counting sort on the key (keys have at most 32 bits: two passes of 16), stable.
+    static func sortedByKey(_ input: [OverlayPosting]) -> [OverlayPosting] {
+        var a = input
+        var b = input
+        for shift in [UInt32(0), 16] {
+            var counts = [Int](repeating: 0, count: 1 << 16 + 1)
+            for p in a { counts[Int((p.key >> shift) & 0xFFFF) + 1] += 1 }
+            for i in 1..<counts.count { counts[i] += counts[i - 1] }
+            for p in a {
+                let d = Int((p.key >> shift) & 0xFFFF)
+                b[counts[d]] = p
+                counts[d] += 1
+            }
+            swap(&a, &b)
+        }
+        return a
+    }
+
+    /// Calls `body(i, trackID, frame)` for every posting of each hash `hashes[i]`. `commonHashes` is judged against all
+    /// the catalog's postings, as ``Catalog`` judges against its index segments: a hash with more than
+    /// max(64, `commonHashes` × postings / 2^hash bits) postings gives none.
+    public func lookup(hashes: [UInt32], commonHashes: Double?, _ body: (Int, Int64, UInt32) -> Void) throws {
+        guard !hashes.isEmpty else { return }
+        let postings = try currentOverlay()
+        guard !postings.isEmpty else { return }
+        let limit = commonHashes.map {
+            Int(max(64, $0 * Double(postings.count) / Double(UInt64(1) << UInt64(configuration.hashBits))).rounded(.up))
+        } ?? .max
+        for (i, h) in hashes.enumerated() {
+            var lo = 0, hi = postings.count
+            while lo < hi {
+                let mid = (lo + hi) >> 1
+                if postings[mid].key < h { lo = mid + 1 } else { hi = mid }
+            }
+            var end = lo
+            while end < postings.count, postings[end].key == h { end += 1 }
+            guard end - lo <= limit else { continue }
+            for j in lo..<end { body(i, postings[j].track, postings[j].frame) }
+        }
+    }
+
+    // MARK: Totals and checks
+
+    public func stats() throws -> CatalogStats {
+        guard let row = try run("""
+            SELECT count(*), coalesce(sum(duration), 0)::float8, coalesce(sum(landmark_count), 0)::int8,
+                   (SELECT coalesce(sum(pg_total_relation_size(c)), 0)::int8 FROM unnest(ARRAY['catalog_info', 'catalog_state', 'tracks',
+                     'track_landmarks', 'track_peaks', 'track_analysis']::regclass[]) AS c)
+            FROM tracks
+            """).first else { throw damaged("no totals") }
+        let (count, duration, landmarks, bytes) = try decode(row, (Int64, Double, Int64, Int64).self, "the totals")
+        let schema = try info()["schema_version"].flatMap(Int.init) ?? 0
+        let hours = duration / 3600
+        return CatalogStats(path: location, schemaVersion: schema, signatureVersion: Int(configuration.version),
+                            trackCount: Int(count), totalDuration: duration, landmarkCount: Int(landmarks), fileBytes: bytes,
+                            bytesPerHour: hours > 0 ? Double(bytes) / hours : 0)
+    }
+
+    /// Reads everything back and checks what the server sees as opaque bytes: every track's duration, peaks and
+    /// landmarks decode within the track's duration and band, every track has both, each track's landmarks add up to
+    /// its recorded count, and its metadata is a JSON object. Returns the problems found (at most about 100).
+    public func check() throws -> [String] {
+        var out: [String] = []
+        let limit = 100
+        func problem(_ text: String) { if out.count < limit { out.append(text) } }
+        do {
+            try checkFormat(try info())
+        } catch let e as CatalogError {
+            return [e.message]
+        }
+        var lastFrames: [Int64: Int] = [:], counts: [Int64: Int] = [:]
+        for row in try run("SELECT id, duration, landmark_count, metadata::text FROM tracks ORDER BY id") {
+            let id: Int64, duration: Double, count: Int64, meta: String
+            do { (id, duration, count, meta) = try row.decode((Int64, Double, Int64, String).self) } catch {
+                problem("a track row cannot be read (\(error))")
+                continue
+            }
+            if !(duration >= 0 && duration <= Signature.maximumDuration) { problem("track \(id): invalid duration \(duration)") }
+            if (try? JSONDecoder().decode([String: JSONValue].self, from: Data(meta.utf8))) == nil { problem("track \(id): metadata is not a JSON object") }
+            lastFrames[id] = lastStoredFrame(duration: duration)
+            counts[id] = Int(count)
+        }
+        var withPeaks = Set<Int64>()
+        for row in try run("SELECT track_id, data FROM track_peaks ORDER BY track_id") {
+            guard let (id, data) = try? row.decode((Int64, ByteBuffer).self) else { problem("a peaks row cannot be read"); continue }
+            withPeaks.insert(id)
+            guard let last = lastFrames[id] else { problem("stored peaks of track \(id), which does not exist"); continue }
+            if data.withUnsafeReadableBytes({ Catalog.decodePeaks($0, lastFrame: last, configuration: configuration) }) == nil {
+                problem("track \(id): stored peaks are invalid (cut short, a bin outside the band or a frame past its end)")
+            }
+        }
+        for id in lastFrames.keys.sorted() where !withPeaks.contains(id) { problem("track \(id) has no stored peaks") }
+        var withLandmarks = Set<Int64>()
+        for row in try run("SELECT track_id, data FROM track_landmarks ORDER BY track_id") {
+            guard let (id, data) = try? row.decode((Int64, ByteBuffer).self) else { problem("a landmarks row cannot be read"); continue }
+            withLandmarks.insert(id)
+            guard let last = lastFrames[id] else { problem("landmarks of track \(id), which does not exist"); continue }
+            var n = 0
+            if !data.withUnsafeReadableBytes({ Catalog.decodeLandmarks($0, lastFrame: last, hashBits: configuration.hashBits) { _, _ in n += 1 } }) {
+                problem("track \(id): landmarks are invalid (cut short, out of order or past its end)")
+            } else if n != counts[id] {
+                problem("track \(id): \(n) landmarks stored, \(counts[id] ?? 0) recorded")
+            }
+        }
+        for id in lastFrames.keys.sorted() where !withLandmarks.contains(id) { problem("track \(id) has no landmarks row") }
+        return out
+    }
+}

@@ -1,0 +1,215 @@
+import EarmarkCatalog
+import Foundation
+
+/// Where a PostgreSQL catalog is, parsed from `postgres://user:password@host:port/db?sslmode=…&host=/socket/folder`
+/// (also `postgresql://`), with libpq's defaults: `PGHOST`, `PGPORT`, `PGUSER`, `PGDATABASE`, then a unix socket in
+/// `/var/run/postgresql`, port 5432, the user's login name, a database named like the user. The password comes from
+/// the URL, else `PGPASSWORD`, else the password file (`PGPASSFILE`, else `~/.pgpass`) as libpq reads it.
+public struct PostgresURL: Sendable, Equatable {
+    /// How to reach the server.
+    public enum Host: Sendable, Equatable {
+        /// A TCP host name or address.
+        case tcp(String)
+        /// A folder holding the server's unix socket (`.s.PGSQL.PORT`).
+        case socket(folder: String)
+    }
+
+    /// TLS as libpq's `sslmode` asks for it.
+    public enum SSLMode: String, Sendable, Equatable {
+        /// Plain TCP.
+        case disable
+        /// TLS when the server offers it, without checking its certificate (libpq's default).
+        case prefer
+        /// TLS, without checking the certificate.
+        case require
+        /// TLS with a certificate signed by a trusted authority, whatever host it names.
+        case verifyCA = "verify-ca"
+        /// TLS with a trusted certificate for the host connected to.
+        case verifyFull = "verify-full"
+    }
+
+    public var host: Host
+    public var port: Int
+    public var user: String
+    public var password: String?
+    public var database: String
+    public var sslMode: SSLMode
+    /// Seconds to wait for the connection (`connect_timeout`; default 10).
+    public var connectTimeout: Double
+    /// The URL as given, without its password: what the store reports as its location.
+    public var redacted: String
+
+    /// `host:port`, or the socket file, for messages.
+    public var endpoint: String {
+        switch host {
+        case .tcp(let h): h.contains(":") ? "[\(h)]:\(port)" : "\(h):\(port)"
+        case .socket(let folder): "\(folder)/.s.PGSQL.\(port)"
+        }
+    }
+
+    /// Whether `text` is a URL this store takes (`postgres://` or `postgresql://`).
+    public static func isPostgresURL(_ text: String) -> Bool {
+        let lower = text.lowercased()
+        return lower.hasPrefix("postgres://") || lower.hasPrefix("postgresql://")
+    }
+
+    /// Parses `url`; ``CatalogError/Code/invalidArgument`` when it is not a PostgreSQL URL this store understands.
+    /// `environment` and `home` stand for the process's (tests pass their own).
+    public init(_ url: String, environment: [String: String] = ProcessInfo.processInfo.environment,
+                home: String? = nil) throws {
+        func bad(_ why: String) -> CatalogError {
+            CatalogError(.invalidArgument, "not a PostgreSQL URL this build understands: \(why)", path: PostgresURL.withoutPassword(url))
+        }
+        guard let schemeEnd = url.range(of: "://") else { throw bad("it has no postgres:// scheme") }
+        let scheme = url[..<schemeEnd.lowerBound].lowercased()
+        guard scheme == "postgres" || scheme == "postgresql" else { throw bad("the scheme is \(scheme), not postgres or postgresql") }
+        var rest = Substring(url[schemeEnd.upperBound...])
+        if let hash = rest.firstIndex(of: "#") { rest = rest[..<hash] }
+        var query: Substring = ""
+        if let q = rest.firstIndex(of: "?") {
+            query = rest[rest.index(after: q)...]
+            rest = rest[..<q]
+        }
+        var authority = rest, path: Substring = ""
+        if let slash = rest.firstIndex(of: "/") {
+            authority = rest[..<slash]
+            path = rest[rest.index(after: slash)...]
+        }
+        var userInfo: Substring?
+        var hostPort = authority
+        if let at = authority.lastIndex(of: "@") {
+            userInfo = authority[..<at]
+            hostPort = authority[authority.index(after: at)...]
+        }
+        func decode(_ s: Substring, _ what: String) throws -> String {
+            guard let d = String(s).removingPercentEncoding else { throw bad("the \(what) has an invalid %-escape") }
+            return d
+        }
+        var user: String?, password: String?
+        if let userInfo {
+            if let colon = userInfo.firstIndex(of: ":") {
+                user = try decode(userInfo[..<colon], "user name")
+                password = try decode(userInfo[userInfo.index(after: colon)...], "password")
+            } else {
+                user = try decode(userInfo, "user name")
+            }
+            if user == "" { user = nil }
+        }
+        var hostText: String?, portText: String?
+        if hostPort.hasPrefix("[") {
+            guard let close = hostPort.firstIndex(of: "]") else { throw bad("an IPv6 address without its closing ]") }
+            hostText = String(hostPort[hostPort.index(after: hostPort.startIndex)..<close])
+            let after = hostPort[hostPort.index(after: close)...]
+            if after.hasPrefix(":") { portText = String(after.dropFirst()) } else if !after.isEmpty { throw bad("text after the IPv6 address") }
+        } else if let colon = hostPort.lastIndex(of: ":") {
+            hostText = try decode(hostPort[..<colon], "host")
+            portText = String(hostPort[hostPort.index(after: colon)...])
+        } else if !hostPort.isEmpty {
+            hostText = try decode(hostPort, "host")
+        }
+        if hostText == "" { hostText = nil }
+        if portText == "" { portText = nil }
+        var database: String? = path.isEmpty ? nil : try decode(path, "database name")
+        var sslMode: SSLMode?
+        var timeout: Double?
+        var kept: [Substring] = []
+        for pair in query.split(separator: "&") where !pair.isEmpty {
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            let key = try decode(parts[0], "parameter name")
+            let value = parts.count > 1 ? try decode(parts[1], "parameter \(key)") : ""
+            if key != "password" { kept.append(pair) }
+            switch key {
+            case "host": hostText = value.isEmpty ? nil : value
+            case "port": portText = value
+            case "user": user = value.isEmpty ? nil : value
+            case "password": password = value
+            case "dbname": database = value.isEmpty ? nil : value
+            case "sslmode":
+                guard let m = SSLMode(rawValue: value) else {
+                    throw bad("sslmode \(value) (disable, prefer, require, verify-ca or verify-full)")
+                }
+                sslMode = m
+            case "connect_timeout":
+                guard let t = Double(value), t >= 0 else { throw bad("connect_timeout \(value) is not a number of seconds") }
+                timeout = t
+            case "application_name": break
+            default: throw bad("unknown parameter \(key) (host, port, user, password, dbname, sslmode, connect_timeout)")
+            }
+        }
+        portText = portText ?? environment["PGPORT"].flatMap { $0.isEmpty ? nil : $0 }
+        guard let port = Int(portText ?? "5432"), (1...65535).contains(port) else { throw bad("port \(portText ?? "") is not 1…65535") }
+        let hostName = hostText ?? environment["PGHOST"].flatMap { $0.isEmpty ? nil : $0 } ?? "/var/run/postgresql"
+        self.host = hostName.hasPrefix("/") ? .socket(folder: hostName) : .tcp(hostName)
+        self.port = port
+        self.user = user ?? environment["PGUSER"].flatMap { $0.isEmpty ? nil : $0 } ?? PostgresURL.loginName()
+        self.database = database ?? environment["PGDATABASE"].flatMap { $0.isEmpty ? nil : $0 } ?? self.user
+        if sslMode == nil, let m = environment["PGSSLMODE"], !m.isEmpty {
+            guard let parsed = SSLMode(rawValue: m) else { throw bad("PGSSLMODE \(m) (disable, prefer, require, verify-ca or verify-full)") }
+            sslMode = parsed
+        }
+        self.sslMode = sslMode ?? .prefer
+        self.connectTimeout = timeout.map { $0 == 0 ? 3600 : $0 } ?? 10
+        // The redacted URL: the same text without the password (in the user part or as a parameter).
+        var shown = String(url[..<schemeEnd.upperBound])
+        if let userInfo { shown += (userInfo.split(separator: ":", maxSplits: 1).first ?? "") + "@" }
+        shown += hostPort
+        if !path.isEmpty || rest.hasSuffix("/") { shown += "/" + path }
+        if !kept.isEmpty { shown += "?" + kept.joined(separator: "&") }
+        self.redacted = shown
+        self.password = password ?? environment["PGPASSWORD"].flatMap { $0.isEmpty ? nil : $0 }
+        if self.password == nil, let file = PostgresURL.passwordFile(environment: environment, home: home) {
+            self.password = lookUpPassword(inFile: file)
+        }
+    }
+
+    /// `url` with any password dropped, for messages about a URL that does not parse.
+    static func withoutPassword(_ url: String) -> String {
+        guard let s = url.range(of: "://") else { return url }
+        let afterScheme = url[s.upperBound...]
+        let authorityEnd = afterScheme.firstIndex(where: { $0 == "/" || $0 == "?" }) ?? afterScheme.endIndex
+        guard let at = afterScheme[..<authorityEnd].lastIndex(of: "@"),
+              let colon = afterScheme[..<at].firstIndex(of: ":") else { return url }
+        return String(url[..<colon]) + String(url[at...])
+    }
+
+    static func loginName() -> String {
+        if let pw = getpwuid(geteuid()), let name = pw.pointee.pw_name { return String(cString: name) }
+        return ProcessInfo.processInfo.environment["USER"] ?? "postgres"
+    }
+
+    static func passwordFile(environment: [String: String], home: String?) -> String? {
+        if let f = environment["PGPASSFILE"], !f.isEmpty { return f }
+        let h = home ?? environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
+        return h + "/.pgpass"
+    }
+
+    /// The password for this host, port, database and user in a libpq password file (`hostname:port:database:username:password`
+    /// lines, `*` matching anything, `\:` and `\\` escapes). Like libpq, a file that others may read is ignored, and a
+    /// unix-socket connection to the default folder also matches `localhost`.
+    func lookUpPassword(inFile path: String) -> String? {
+        var st = stat()
+        guard stat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_mode & 0o077 == 0,
+              let data = FileManager.default.contents(atPath: path) else { return nil }
+        let hosts: [String]
+        switch host {
+        case .tcp(let h): hosts = [h]
+        case .socket(let folder): hosts = folder == "/var/run/postgresql" || folder == "/tmp" ? [folder, "localhost"] : [folder]
+        }
+        let wanted: [[String]] = [hosts, [String(port)], [database], [user]]
+        for line in String(decoding: data, as: UTF8.self).split(whereSeparator: { $0 == "\n" || $0 == "\r" }) {
+            guard !line.hasPrefix("#") else { continue }
+            var fields: [String] = [], field = ""
+            var escaped = false
+            for c in line {
+                if escaped { field.append(c); escaped = false } else if c == "\\" { escaped = true } else if c == ":" && fields.count < 4 {
+                    fields.append(field)
+                    field = ""
+                } else { field.append(c) }
+            }
+            fields.append(field)
+            guard fields.count == 5 else { continue }
+            if zip(fields.prefix(4), wanted).allSatisfy({ f, w in f == "*" || w.contains(f) }) { return fields[4] }
+        }
+        return nil
+    }
+}
