@@ -67,14 +67,15 @@ public final class PostgresCatalog: CatalogStore {
             if readOnly { try run("SET default_transaction_read_only = on") }
             try openSchema(create: create)
         } catch {
-            let _: EventLoopFuture<Void> = connection.close()
+            disconnect()
             throw error
         }
     }
 
-    deinit { let _: EventLoopFuture<Void> = connection.close() }
+    // postgres-nio requires a connection to be closed before it is released.
+    deinit { disconnect() }
 
-    /// Closes the connection to the server; the instance is unusable afterwards.
+    /// Closes the connection to the server (waiting for it); the instance is unusable afterwards.
     public func disconnect() {
         let closing: EventLoopFuture<Void> = connection.close()
         try? closing.wait()
@@ -123,11 +124,30 @@ public final class PostgresCatalog: CatalogStore {
     /// Runs one statement and returns its rows (all of them, in memory).
     @discardableResult
     private func run(_ sql: String, _ binds: PostgresBindings = PostgresBindings()) throws -> [PostgresRow] {
+        guard !connection.isClosed else { throw closedError() }
         do {
-            return try connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger).wait().rows
+            return try answer(connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)).rows
         } catch {
             throw PostgresCatalog.describe(error, target: target, location: location, connecting: false)
         }
+    }
+
+    private func closedError() -> CatalogError {
+        CatalogError(.ioError, "the connection to the PostgreSQL server at \(target.endpoint) is closed (server stopped or restarted?)", path: location)
+    }
+
+    /// Waits for `future`. A query sent just as the server closed the connection can stay unanswered (seen with
+    /// postgres-nio 1.33.2 after the server stopped), so a wait that outlasts the connection by a second gives up.
+    private func answer<T: Sendable>(_ future: EventLoopFuture<T>) throws -> T {
+        let done = DispatchSemaphore(value: 0)
+        future.whenComplete { _ in done.signal() }
+        while done.wait(timeout: .now() + 1) == .timedOut {
+            if connection.isClosed {
+                guard done.wait(timeout: .now() + 1) == .success else { throw closedError() }
+                break
+            }
+        }
+        return try future.wait()
     }
 
     /// Runs `body` in one transaction; rolls it back when `body` throws.
@@ -252,7 +272,12 @@ public final class PostgresCatalog: CatalogStore {
     ]
 
     private func hasInfoTable() throws -> Bool {
-        let rows = try run("SELECT to_regclass('catalog_info') IS NOT NULL")
+        // pg_class through SQL, not to_regclass: that reads the backend's catalog cache, which after waiting for the
+        // advisory lock does not yet know the table another connection has just created.
+        let rows = try run("""
+            SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                           WHERE c.relname = 'catalog_info' AND n.nspname = current_schema())
+            """)
         return try rows.first.map { try decode($0, Bool.self, "the catalog's tables") } ?? false
     }
 

@@ -211,7 +211,7 @@ struct PostgresOpeningTests {
         _ = try catalog.trackCount()
         let noDatabase = catalogError { _ = try PostgresCatalog(url: server.url.replacingOccurrences(of: "/earmark?", with: "/nothere?"), create: true) }
         #expect(noDatabase?.code == .notFound && noDatabase?.message.contains("nothere") == true, "\(String(describing: noDatabase))")
-        try server.halt()
+        server.halt()
         let lost = catalogError { _ = try catalog.tracks() }
         #expect(lost?.code == .ioError)
         #expect(lost?.message.contains("127.0.0.1:\(server.port)") == true, "\(String(describing: lost))")

@@ -3,7 +3,7 @@ import Foundation
 /// A throwaway PostgreSQL 15 server for one test: `initdb` in a temporary folder, the server on a free loopback port
 /// (its unix socket in the same folder), trust authentication, one database. ``stop()`` (also on release, and at
 /// process exit for servers still running) stops it and deletes the folder. As root, initdb and the server run as the
-/// `postgres` system user (`runuser`), since PostgreSQL refuses to run as root. Each server has its own port and
+/// `postgres` system user (`runuser`, `setpriv`), since PostgreSQL refuses to run as root. Each server has its own port and
 /// folder, so tests may run them in parallel.
 public final class PostgresServer: @unchecked Sendable {
     /// Debian's postgresql-15 (tools/setup.sh installs it).
@@ -25,6 +25,9 @@ public final class PostgresServer: @unchecked Sendable {
     public let database: String
     private let lock = NSLock()
     private var running = true
+    /// The server, a child of this process: started in the foreground, not by `pg_ctl start`, whose daemon would keep
+    /// the descriptor Foundation watches to see the child end (and `pg_ctl` would never be seen to exit).
+    private let process: Process
 
     /// `postgres://postgres@127.0.0.1:PORT/DATABASE?sslmode=disable`.
     public var url: String { "postgres://postgres@127.0.0.1:\(port)/\(database)?sslmode=disable" }
@@ -57,20 +60,19 @@ public final class PostgresServer: @unchecked Sendable {
             try PostgresServer.asServerUser("initdb", ["-D", folder + "/data", "-A", "trust", "-U", "postgres", "-E", "UTF8",
                                                         "--locale=C", "--no-sync", "--no-instructions"])
             // A free port can be taken by another test between choosing and binding it: try a few.
-            var started: Int?
+            var started: (port: Int, process: Process)?
             var lastError = ""
             for _ in 0..<5 {
                 let candidate = try PostgresServer.freePort()
-                let out = try PostgresServer.runAsServerUser("pg_ctl", [
-                    "-D", folder + "/data", "-l", folder + "/server.log", "-w", "-t", "120", "-o",
-                    "-p \(candidate) -k \(folder) -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c shared_buffers=16MB -c max_connections=30",
-                    "start",
-                ])
-                if out.status == 0 { started = candidate; break }
-                lastError = "\(out)\n--- server log ---\n\((try? String(contentsOfFile: folder + "/server.log", encoding: .utf8)) ?? "")"
+                let process = try PostgresServer.launchServer(folder: folder, port: candidate)
+                if PostgresServer.waitUntilReady(process, folder: folder, port: candidate) { started = (candidate, process); break }
+                lastError = (try? String(contentsOfFile: folder + "/server.log", encoding: .utf8)) ?? ""
+                if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+                process.waitUntilExit()
             }
-            guard let port = started else { throw TestSupportError("PostgreSQL did not start: \(lastError)") }
-            self.port = port
+            guard let started else { throw TestSupportError("PostgreSQL did not start; its log:\n\(lastError)") }
+            self.port = started.port
+            self.process = started.process
         } catch {
             try? FileManager.default.removeItem(atPath: folder)
             throw error
@@ -104,14 +106,62 @@ public final class PostgresServer: @unchecked Sendable {
             return running
         }
         guard wasRunning else { return }
-        _ = try? PostgresServer.runAsServerUser("pg_ctl", ["-D", folder + "/data", "-m", "immediate", "-w", "-t", "60", "stop"])
+        halt()
         try? FileManager.default.removeItem(atPath: folder)
         PostgresServer.unregister(self)
     }
 
-    /// Stops the server without deleting its folder (a test of what clients see when the server is gone).
-    public func halt() throws {
-        try PostgresServer.asServerUser("pg_ctl", ["-D", folder + "/data", "-m", "immediate", "-w", "-t", "60", "stop"])
+    /// Stops the server (immediate shutdown) without deleting its folder: what clients see when the server is gone.
+    public func halt() {
+        if process.isRunning {
+            _ = try? PostgresServer.runAsServerUser("pg_ctl", ["-D", folder + "/data", "-m", "immediate", "-w", "-t", "60", "stop"])
+            for _ in 0..<300 where process.isRunning { usleep(100_000) }
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        }
+        process.waitUntilExit()
+    }
+
+    /// Starts `postgres` in the foreground (as the `postgres` user when root) with its log in the folder.
+    private static func launchServer(folder: String, port: Int) throws -> Process {
+        let exe = binaries + "/postgres"
+        let serverArguments = ["-D", folder + "/data", "-p", String(port), "-k", folder, "-c", "listen_addresses=127.0.0.1",
+                               "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+                               "-c", "shared_buffers=16MB", "-c", "max_connections=30"]
+        let p = Process()
+        if asRoot {
+            // setpriv execs the server in place (runuser would stay between as its parent).
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+            p.arguments = ["--reuid=postgres", "--regid=postgres", "--init-groups", "--", exe] + serverArguments
+        } else {
+            p.executableURL = URL(fileURLWithPath: exe)
+            p.arguments = serverArguments
+        }
+        var env = ProcessInfo.processInfo.environment
+        env["LC_ALL"] = "C"
+        env["PGDATA"] = nil
+        p.environment = env
+        p.currentDirectoryURL = URL(fileURLWithPath: "/")
+        let logPath = folder + "/server.log"
+        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
+        if asRoot, let pw = getpwnam("postgres") { chown(logPath, pw.pointee.pw_uid, pw.pointee.pw_gid) }
+        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
+        defer { try? log.close() }
+        p.standardOutput = log
+        p.standardError = log
+        p.standardInput = FileHandle.nullDevice
+        try p.run()
+        return p
+    }
+
+    /// Waits (up to 120 s) until the server accepts connections; false when it exited (its port taken?) or never did.
+    private static func waitUntilReady(_ process: Process, folder: String, port: Int) -> Bool {
+        for _ in 0..<1200 {
+            guard process.isRunning else { return false }
+            if let out = try? Run.process(binaries + "/pg_isready", ["-q", "-h", folder, "-p", String(port), "-U", "postgres", "-d", "postgres"], timeout: 30),
+               out.status == 0 { return true }
+            usleep(100_000)
+        }
+        return false
     }
 
     private static func runAsServerUser(_ program: String, _ arguments: [String]) throws -> ProcessOutput {
