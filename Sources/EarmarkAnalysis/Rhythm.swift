@@ -408,7 +408,9 @@ public final class BeatTracker {
             guard left.count >= 3, right.count >= 3 else { continue }
             let a = median(left), b = median(right)
             // An octave apart is the same music read at another metrical level (a slow chorale's beats and its eighths).
-            guard abs(a - b) >= log(ratio), abs(abs(a - b) - log(2)) > 0.06 else { continue }
+            // So are 4:3 and 3:2 (within 3 %), at which a steady piece's comb can move to a triplet level (mma-metal1: 120 then 158).
+            guard abs(a - b) >= log(ratio), abs(abs(a - b) - log(2)) > 0.06, abs(abs(a - b) - log(4.0 / 3)) > 0.03,
+                  abs(abs(a - b) - log(1.5)) > 0.03 else { continue }
             let shareLeft = Double(left.filter { abs($0 - a) <= 0.06 }.count) / Double(left.count)
             let shareRight = Double(right.filter { abs($0 - b) <= 0.06 }.count) / Double(right.count)
             let steadiness = min(shareLeft, shareRight)
