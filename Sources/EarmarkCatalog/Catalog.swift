@@ -121,8 +121,8 @@ public final class Catalog: CatalogStore {
         try openSchema(fresh: !exists, readOnly: readOnly)
     }
 
-    /// `postgres` for `postgres://host/db`: a path that is a URL.
-    static func urlScheme(_ path: String) -> String? {
+    /// The scheme of a location that is a URL (`postgres` for `postgres://host/db`); nil for a file path.
+    public static func urlScheme(_ path: String) -> String? {
         guard let r = path.range(of: "://") else { return nil }
         let scheme = path[..<r.lowerBound]
         guard let first = scheme.unicodeScalars.first, CharacterSet.letters.contains(first),
@@ -980,6 +980,25 @@ public final class Catalog: CatalogStore {
             if !batch.isEmpty { try write() }
         } catch {
             for suffix in ["", "-wal", "-shm"] { unlink(destination + suffix) }
+            throw error
+        }
+    }
+
+    /// Writes every track of `source` into a new catalog file at `destination` (which must not exist), all of them
+    /// as pending rows, so that the file needs no index folder: an export of a catalog that another store keeps.
+    /// A failure removes the file.
+    public static func create(copyOf source: any CatalogStore, at destination: String) throws {
+        guard !FileManager.default.fileExists(atPath: destination) else {
+            throw CatalogError(.invalidArgument, "\(destination) already exists", path: source.location)
+        }
+        do {
+            let out = try Catalog(path: destination, create: true, configuration: source.configuration)
+            out.flushPostings = .max
+            out.inFilePostings = .max
+            _ = try out.merge(from: source)
+        } catch {
+            for suffix in ["", "-wal", "-shm"] { unlink(destination + suffix) }
+            PostingIndex.removeFolder(PostingIndex.folder(forCatalog: destination))
             throw error
         }
     }

@@ -77,6 +77,10 @@ public protocol CatalogStore: AnyObject {
     func stats() throws -> CatalogStats
     /// Checks that everything stored can be what Earmark wrote; returns the problems found (empty when healthy).
     func check() throws -> [String]
+    /// Writes a self-contained copy of the catalog to `destination` (which must not exist): one SQLite catalog file
+    /// that needs nothing beside it (see ``Catalog/export(to:)``; any store can make one with
+    /// ``Catalog/create(copyOf:at:)``).
+    func export(to destination: String) throws
 
     // MARK: Writing
 
@@ -155,6 +159,55 @@ extension CatalogStore {
             start = end
         }
         try close()
+        return out
+    }
+}
+
+/// What ``CatalogStore/verifyCopy(_:from:sample:)`` found.
+public struct CopyVerification: Sendable, Equatable {
+    /// Tracks whose every landmark was looked up in the copy.
+    public var tracks = 0
+    /// Landmarks looked up and found.
+    public var landmarks = 0
+    /// Differences between the source and the copy (empty when the copy is whole).
+    public var problems: [String] = []
+}
+
+extension CatalogStore {
+    /// Checks a copy made by ``merge(from:batchPostings:progress:)`` from `source` into this store: every source
+    /// track's counterpart is here with the same duration and landmark count, and for `sample` tracks spread over
+    /// the source, every landmark looked up here finds the counterpart at the same frame.
+    public func verifyCopy(_ merged: [(source: Track, result: CatalogAddResult)], from source: any CatalogStore,
+                           sample: Int) throws -> CopyVerification {
+        var out = CopyVerification()
+        func problem(_ text: String) { if out.problems.count < 100 { out.problems.append(text) } }
+        func counterpart(_ r: CatalogAddResult) -> Track {
+            switch r { case .added(let t), .duplicate(let t): return t }
+        }
+        let here = try tracks(ids: merged.map { counterpart($0.result).id })
+        for (s, r) in merged {
+            let c = counterpart(r)
+            guard let t = here[c.id] else { problem("track \(s.id) of the source: its copy #\(c.id) is missing"); continue }
+            if t.landmarkCount != s.landmarkCount || t.duration != s.duration {
+                problem("track \(s.id) of the source: \(s.landmarkCount) landmarks over \(s.duration) s, its copy #\(t.id) \(t.landmarkCount) over \(t.duration) s")
+            }
+        }
+        guard sample > 0, !merged.isEmpty else { return out }
+        let picks = Set((0..<min(sample, merged.count)).map { $0 * merged.count / min(sample, merged.count) })
+        for i in picks.sorted() {
+            let (s, r) = merged[i]
+            let copy = counterpart(r).id
+            let landmarks = try source.landmarks(ofTracks: [s.id])[s.id] ?? []
+            let hashes = Array(Set(landmarks.map(\.hash))).sorted()
+            var found = Set<UInt64>()
+            try lookup(hashes: hashes, commonHashes: nil) { k, track, frame in
+                if track == copy { found.insert(UInt64(hashes[k]) << 32 | UInt64(frame)) }
+            }
+            let missing = landmarks.filter { !found.contains(UInt64($0.hash) << 32 | UInt64($0.frame)) }.count
+            if missing > 0 { problem("track \(s.id) of the source: \(missing) of its \(landmarks.count) landmarks are not found for its copy #\(copy)") }
+            out.tracks += 1
+            out.landmarks += landmarks.count - missing
+        }
         return out
     }
 }

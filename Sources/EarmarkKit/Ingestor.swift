@@ -68,7 +68,7 @@ public struct Ingestor: Sendable {
     /// Catalog-level failures (lock, read-only, damage) throw; per-file failures are reported in the outcomes.
     public func add(files: [String], describe: @Sendable (String) -> TrackDescription = { _ in TrackDescription() },
                     progress: @Sendable (IngestProgress) -> Void = { _ in }) async throws -> [IngestOutcome] {
-        let catalog = try Catalog(path: catalogPath, create: true, busyTimeout: busyTimeout)
+        let catalog = try CatalogStores.open(catalogPath, access: .create, busyTimeout: busyTimeout)
         let configuration = catalog.configuration
         let clock = ContinuousClock()
         let start = clock.now
@@ -143,7 +143,7 @@ public struct Ingestor: Sendable {
         return outcomes.map { $0! }
     }
 
-    private func commit(_ result: Result<(FingerprintedFile, [Landmark]), any Error>, path: String, into catalog: Catalog,
+    private func commit(_ result: Result<(FingerprintedFile, [Landmark]), any Error>, path: String, into catalog: any CatalogStore,
                         describe: (String) -> TrackDescription) throws -> IngestOutcome {
         switch result {
         case .failure(let error):

@@ -3,7 +3,7 @@ import EarmarkCatalog
 /// What became of each track of a merged catalog: the object `earmark catalog merge --json` prints and
 /// `POST /v1/catalog/import` answers.
 ///
-/// Both build it from the result of ``Catalog/merge(from:batchPostings:progress:)``, so the two cannot drift.
+/// Both build it from the result of ``CatalogStore/merge(from:batchPostings:progress:)``, so the two cannot drift.
 /// Encoded, it is `{results: [{sourceId, status, track}], added, duplicate}`.
 public struct MergeReport: Encodable, Sendable {
     /// One track of the merged file.
@@ -15,7 +15,7 @@ public struct MergeReport: Encodable, Sendable {
         /// The track as this catalog holds it: the new copy, or the stored track with the same audio.
         public var track: Track
 
-        public init(sourceId: Int64, result: Catalog.AddResult) {
+        public init(sourceId: Int64, result: CatalogAddResult) {
             self.sourceId = sourceId
             switch result {
             case .added(let t): (status, track) = ("added", t)
@@ -32,7 +32,7 @@ public struct MergeReport: Encodable, Sendable {
     public var duplicate: Int
 
     /// The report of a merge's result.
-    public init(_ merged: [(source: Track, result: Catalog.AddResult)]) {
+    public init(_ merged: [(source: Track, result: CatalogAddResult)]) {
         results = merged.map { Entry(sourceId: $0.source.id, result: $0.result) }
         added = results.count { $0.status == "added" }
         duplicate = results.count - added

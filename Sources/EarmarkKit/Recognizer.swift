@@ -12,8 +12,7 @@ public final class Recognizer {
 
     /// - Parameter options: nil: the defaults of the catalog's landmark design (``MatchOptions/defaults(for:)``).
     public init(catalogPath: String, options: MatchOptions? = nil, busyTimeout: Double = 10) throws {
-        let catalog = try Catalog(path: catalogPath, readOnly: true, busyTimeout: busyTimeout)
-        matcher = Matcher(catalog: catalog, options: options)
+        matcher = Matcher(catalog: try CatalogStores.open(catalogPath, access: .read, busyTimeout: busyTimeout), options: options)
     }
 
     /// Decodes (or reads) `path` and matches it (see ``match(_:progress:)``).

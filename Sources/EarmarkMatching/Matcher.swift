@@ -331,7 +331,7 @@ public struct MatchResult: Sendable, Codable, Equatable {
 /// the stronger evidence. Weak or missing matches retry with the signature's deeper peaks (loud
 /// speech outranks the music's), then under ``Skew``s.
 public final class Matcher {
-    public let catalog: Catalog
+    public let catalog: any CatalogStore
     public var options: MatchOptions
     public let configuration: SignatureConfiguration
 
@@ -345,7 +345,7 @@ public final class Matcher {
     private var trackCounts = [UInt8](repeating: 0, count: 1 << 18)
 
     /// - Parameter options: nil: ``MatchOptions/defaults(for:)`` of the catalog's landmark design.
-    public init(catalog: Catalog, options: MatchOptions? = nil) {
+    public init(catalog: any CatalogStore, options: MatchOptions? = nil) {
         self.catalog = catalog
         self.options = options ?? .defaults(for: catalog.configuration)
         configuration = catalog.configuration

@@ -119,7 +119,7 @@ struct API: Sendable {
     // MARK: Catalog
 
     /// Runs a catalog read on the workers, within the read admission limit.
-    func reading<T: Sendable>(_ body: @escaping @Sendable (Catalog) throws -> T) async throws -> T {
+    func reading<T: Sendable>(_ body: @escaping @Sendable (any CatalogStore) throws -> T) async throws -> T {
         guard reads.tryEnter() else {
             throw APIError.unavailable("busy", "\(reads.capacity) catalog reads are running or waiting; try again shortly")
         }

@@ -5,7 +5,7 @@ import NIOPosix
 /// The blocking half of the server: decoding, matching and catalog reads run here, on a thread pool sized to
 /// the cores, never on the event loop or Swift's cooperative threads.
 ///
-/// The catalog is opened once, as one warm ``Recognizer`` per thread (a ``Catalog`` connection is not
+/// The catalog is opened once, as one warm ``Recognizer`` per thread (a catalog connection is not
 /// thread-safe, so each job borrows one for its whole length; at most one job runs per thread, so one is always
 /// free). Readers pick up tracks that other processes add while the server runs, as `earmark match` does.
 final class CatalogWorkers: Sendable {
@@ -107,7 +107,7 @@ final class CatalogWorkers: Sendable {
     }
 
     /// Runs `body` with a catalog connection of its own, on a pool thread.
-    func read<T: Sendable>(_ body: @escaping @Sendable (Catalog) throws -> T) async throws -> T {
+    func read<T: Sendable>(_ body: @escaping @Sendable (any CatalogStore) throws -> T) async throws -> T {
         try await run { try body($0.matcher.catalog) }
     }
 

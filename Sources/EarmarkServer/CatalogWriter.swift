@@ -26,7 +26,7 @@ final class CatalogWriter: Sendable {
     /// Opens the catalog for writing once, to fail at start (read-only file, other version) rather than at the
     /// first write.
     static func open(catalogPath: String, lockTimeout: Double, soundModelPath: String?, speechModelPath: String?) throws -> CatalogWriter {
-        let catalog = try Catalog(path: catalogPath, busyTimeout: lockTimeout)
+        let catalog = try CatalogStores.open(catalogPath, access: .write, busyTimeout: lockTimeout)
         try catalog.close()
         return CatalogWriter(catalogPath: catalogPath, lockTimeout: lockTimeout, soundModelPath: soundModelPath,
                              speechModelPath: speechModelPath)
@@ -58,9 +58,9 @@ final class CatalogWriter: Sendable {
     }
 
     /// Runs `body` with the catalog opened for writing, on the writer's thread, after the writes before it.
-    private func writing<T: Sendable>(_ body: @escaping @Sendable (Catalog) throws -> T) async throws -> T {
+    private func writing<T: Sendable>(_ body: @escaping @Sendable (any CatalogStore) throws -> T) async throws -> T {
         try await serially { [catalogPath, lockTimeout] in
-            let catalog = try Catalog(path: catalogPath, busyTimeout: lockTimeout)
+            let catalog = try CatalogStores.open(catalogPath, access: .write, busyTimeout: lockTimeout)
             let result = try body(catalog)
             try catalog.close()
             return result
@@ -85,7 +85,7 @@ final class CatalogWriter: Sendable {
             guard let track = outcome.track else { return (outcome, nil) }
             // A track added (or an earlier upload's track, `moved` to this file because that one is gone) names the upload.
             let relink = outcome.status == .added || outcome.status == .moved
-            let catalog = try Catalog(path: catalogPath, busyTimeout: lockTimeout)
+            let catalog = try CatalogStores.open(catalogPath, access: .write, busyTimeout: lockTimeout)
             let stored = relink ? try catalog.relink(id: track.id, sourcePath: source, size: nil, modified: nil) : track
             let info = try trackInfoJSON(stored, analyses: try catalog.analyses(trackID: track.id), prettyPrinted: false)
             try catalog.close()
@@ -143,7 +143,7 @@ final class CatalogWriter: Sendable {
 
     /// `earmark catalog merge FILE` for the uploaded catalog file at `file`: opened read-only and integrity-checked
     /// first (nothing is written when it is damaged, not a catalog or of another signature algorithm), then every
-    /// track copied in through ``Catalog/merge(from:batchPostings:progress:)`` as the command copies them, a track
+    /// track copied in through ``CatalogStore/merge(from:batchPostings:progress:)`` as the command copies them, a track
     /// whose audio the catalog holds already skipped as a duplicate. Deletes the file, and what SQLite made beside
     /// it, in every case.
     /// - Throws: ``APIError`` 422 `damaged_catalog` or `catalog_version_mismatch` for a file that cannot be merged.
@@ -161,7 +161,7 @@ final class CatalogWriter: Sendable {
             } catch let e as CatalogError {
                 throw CatalogWriter.uploadError(e, file: file)
             }
-            let into = try Catalog(path: catalogPath, busyTimeout: lockTimeout)
+            let into = try CatalogStores.open(catalogPath, access: .write, busyTimeout: lockTimeout)
             let (theirs, ours) = (source.configuration, into.configuration)
             guard theirs.version == ours.version else {
                 func name(_ c: SignatureConfiguration) -> String {

@@ -89,8 +89,8 @@ final class ListenEndpoint: Sendable {
             let lockTimeout = self.lockTimeout
             session = try await Self.starting {
                 try await self.workers.run { _ in
-                    try StreamingSession(catalogPath: self.workers.catalogPath, options: .default, clock: MonotonicClock(),
-                                         busyTimeout: lockTimeout)
+                    StreamingSession(catalog: try CatalogStores.open(self.workers.catalogPath, access: .read, busyTimeout: lockTimeout),
+                                     options: .default, clock: MonotonicClock())
                 }
             }
         } catch let error as ListenError {

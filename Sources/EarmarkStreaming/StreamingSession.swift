@@ -12,7 +12,7 @@ import Foundation
 /// ``SessionEvent/dropped(at:seconds:)`` event says so. Memory stays bounded however long the stream.
 ///
 /// ```swift
-/// let session = try StreamingSession(catalogPath: path)
+/// let session = StreamingSession(catalog: try Catalog(path: path, readOnly: true))
 /// Task { for buffer in capture { session.append(buffer) }; session.finish() }
 /// for await event in session.events { print(event) }
 /// ```
@@ -39,13 +39,11 @@ public final class StreamingSession: Sendable {
         var finished = false
     }
 
-    /// Opens the catalog read-only and starts the worker.
+    /// Starts the worker on a catalog opened for reading, which the session owns from now on.
     /// - Parameter clock: moves the predicted offset between events; nil follows the audio's own time
     ///   (for input replayed faster than real time).
-    public convenience init(catalogPath: String, options: StreamingOptions = .default,
-                            clock: (any SessionClock)? = MonotonicClock(), busyTimeout: Double = 10,
-                            start: Bool = true) throws {
-        let catalog = try Catalog(path: catalogPath, readOnly: true, busyTimeout: busyTimeout)
+    public convenience init(catalog: sending any CatalogStore, options: StreamingOptions = .default,
+                            clock: (any SessionClock)? = MonotonicClock(), start: Bool = true) {
         self.init(matcher: Matcher(catalog: catalog, options: options.match), options: options, clock: clock, start: start)
     }
 

@@ -26,12 +26,12 @@ struct CatalogCheckCommand: AsyncParsableCommand {
             let problems = try catalog.check()
             let tracks = problems.isEmpty ? try catalog.stats().trackCount : nil
             if options.json {
-                try printJSON(CheckReport(path: catalog.path, healthy: problems.isEmpty, tracks: tracks, problems: problems))
+                try printJSON(CheckReport(path: catalog.location, healthy: problems.isEmpty, tracks: tracks, problems: problems))
             } else if problems.isEmpty {
-                print("\(catalog.path): ok, \(tracks ?? 0) track\(tracks == 1 ? "" : "s")")
+                print("\(catalog.location): ok, \(tracks ?? 0) track\(tracks == 1 ? "" : "s")")
             } else {
                 for p in problems { print("problem: \(p)") }
-                print("\(catalog.path): \(problems.count) problem\(problems.count == 1 ? "" : "s") found")
+                print("\(catalog.location): \(problems.count) problem\(problems.count == 1 ? "" : "s") found")
             }
             if !problems.isEmpty { throw ExitCode(2) }
         }

@@ -46,7 +46,7 @@ struct CatalogInfoCommand: AsyncParsableCommand {
         try await reportingErrors {
             let catalog = try options.openReadOnly()
             guard let track = try catalog.track(id: id) else {
-                throw CatalogError(.noSuchTrack, "no track with id \(id)", path: catalog.path)
+                throw CatalogError(.noSuchTrack, "no track with id \(id)", path: catalog.location)
             }
             let analyses = try catalog.analyses(trackID: id)
             if let svg {

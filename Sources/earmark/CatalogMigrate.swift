@@ -26,7 +26,7 @@ struct CatalogMigrateCommand: AsyncParsableCommand {
         let options = options
         let compact = compact
         try await reportingErrors {
-            let catalog = try options.openForWriting()
+            let catalog = try options.openFileForWriting(command: "catalog migrate")
             try catalog.flushIndex(ifLargerThanFile: true)
             if compact { try catalog.compact() }
             let s = try catalog.stats()

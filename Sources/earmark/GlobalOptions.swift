@@ -34,12 +34,20 @@ struct GlobalOptions: ParsableArguments {
     }
 
     /// Opens the catalog for reading (never creates it).
-    func openReadOnly() throws -> Catalog {
-        try Catalog(path: catalogPath, readOnly: true, busyTimeout: lockTimeout)
+    func openReadOnly() throws -> any CatalogStore {
+        try CatalogStores.open(catalogPath, access: .read, busyTimeout: lockTimeout)
     }
 
     /// Opens an existing catalog for writing.
-    func openForWriting() throws -> Catalog {
-        try Catalog(path: catalogPath, busyTimeout: lockTimeout)
+    func openForWriting() throws -> any CatalogStore {
+        try CatalogStores.open(catalogPath, access: .write, busyTimeout: lockTimeout)
+    }
+
+    /// Opens an existing catalog file for writing, for a command that works on the file and its index folder.
+    func openFileForWriting(command: String) throws -> Catalog {
+        guard CatalogStores.isFile(catalogPath) else {
+            throw CLIError("`earmark \(command)` works on catalog files; \(catalogPath) is a server's catalog")
+        }
+        return try Catalog(path: catalogPath, busyTimeout: lockTimeout)
     }
 }

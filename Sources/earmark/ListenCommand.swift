@@ -183,8 +183,7 @@ struct ListenCommand: AsyncParsableCommand {
             input = tap
         }
         let session = try await reportingErrors {
-            try StreamingSession(catalogPath: options.catalogPath, options: streaming,
-                                 clock: realTime ? MonotonicClock() : nil, busyTimeout: options.lockTimeout)
+            StreamingSession(catalog: try options.openReadOnly(), options: streaming, clock: realTime ? MonotonicClock() : nil)
         }
 
         let stop = LockedFlag()

@@ -100,8 +100,8 @@ struct MatchCommand: AsyncParsableCommand {
             recognizer.matcher.options.maximumMatches = maxMatches
             // A few clips repay few of the page faults a mapped index costs on first touch: 64 MB of mapping a
             // clip, then pread (at 10,000 h a one-clip process took 0.76 s instead of 0.97 s; docs/catalog.md).
-            if recognizer.matcher.catalog.indexMemoryLimit == nil {
-                recognizer.matcher.catalog.indexMemoryLimit = clips.count * (64 << 20)
+            if let file = recognizer.matcher.catalog as? Catalog, file.indexMemoryLimit == nil {
+                file.indexMemoryLimit = clips.count * (64 << 20)
             }
             var reports: [ClipReport] = []
             var unmatched = 0

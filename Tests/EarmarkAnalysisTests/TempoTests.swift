@@ -118,6 +118,35 @@ struct TempoTests {
         #expect(try JSONDecoder().decode(RhythmResult.self, from: JSONEncoder().encode(new)) == new)
     }
 
+    @Test("a medley of the rendered march and the same march played at 1.4 × (154 BPM after 110): the beats follow the new tempo")
+    func medley() throws {
+        let script = TestPaths.repositoryRoot.appendingPathComponent("tools/test-renders.sh").path
+        let run = try Run.process("/bin/bash", [script], timeout: 1200)
+        let dirLine = try #require(run.stdoutText.split(separator: "\n").last, "\(run)")
+        let dir = URL(fileURLWithPath: String(dirLine).trimmingCharacters(in: .whitespaces))
+        struct Truth: Decodable { var beats: Int; var beatPeriod: Double }
+        let truth = try #require(try JSONDecoder().decode([String: Truth].self, from: Data(contentsOf: dir.appendingPathComponent("truth.json")))["march"])
+        let source = try Fixtures.decode(dir.appendingPathComponent("march.wav"))
+        // The march as rendered, then again played faster (a tape at 1.4 × speed: pitch and tempo rise together).
+        let speed = 1.4, rate = 44_100.0
+        var out = source
+        var pos = 0.0
+        while pos < Double(source.count - 1) {
+            let i = Int(pos), f = Float(pos - Double(i))
+            out.append(source[i] * (1 - f) + source[i + 1] * f)
+            pos += speed
+        }
+        let join = Double(source.count) / rate
+        let first = (0..<truth.beats).map { Double($0) * truth.beatPeriod }.filter { $0 < join }
+        let second = (0..<truth.beats).map { join + Double($0) * truth.beatPeriod / speed }
+        let r = try #require(try trackedRhythm(out))
+        let secondF = BeatTracker.fMeasure(estimated: r.beats.filter { $0 >= join + 1 }, reference: second.filter { $0 >= join + 1 })
+        #expect(secondF >= 0.8, "after the join: F \(secondF); tempo \(r.tempo)")
+        #expect(BeatTracker.fMeasure(estimated: r.beats, reference: first + second) >= 0.85)
+        let fast = 60 * speed / truth.beatPeriod
+        #expect(abs((curve(r, at: join + 15) ?? 0) / fast - 1) < 0.05, "\(r.tempo)")
+    }
+
     @Test("the rendered march played with a final ritardando (the last 40 % slowing to 0.65 ×) keeps its beats to the end (F ≥ 0.8 there)")
     func ritardando() throws {
         let script = TestPaths.repositoryRoot.appendingPathComponent("tools/test-renders.sh").path

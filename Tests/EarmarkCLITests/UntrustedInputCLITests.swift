@@ -111,6 +111,33 @@ struct UntrustedInputCLITests {
         #expect(refused.status == 2 && refused.stderrText.contains("catalog merge"), "\(refused)")
     }
 
+    @Test("catalog copy makes a verified copy that matches the same clips; run again it copies nothing; a copy missing landmarks is reported, exit 1")
+    func copyCatalog() async throws {
+        let f = try await CLIFixture.shared.value()
+        let dir = try TemporaryDirectory("cli-copy")
+        let copy = dir.path("sub/copy.earcat")
+        let out = try EarmarkCLI.run(["catalog", "copy", "--json", "--verify-sample", "3", f.catalog, copy])
+        #expect(out.status == 0, "\(out)")
+        let report = try #require(try json(out) as? [String: Any])
+        #expect(report["added"] as? Int == CLIFixture.indexed.count && report["duplicate"] as? Int == 0, "\(out)")
+        #expect(report["verifiedTracks"] as? Int == 3 && (report["verifiedLandmarks"] as? Int ?? 0) > 1000, "\(out)")
+        #expect(try listTracks(copy).map(\.title) == CLIFixture.indexed)
+        let m = try EarmarkCLI.run(["match", "--catalog", copy, "--json", try f.clip("sorcerer", at: 20).path])
+        #expect(title(of: try matches(m).first ?? [:]) == "sorcerer", "\(m)")
+        let again = try EarmarkCLI.run(["catalog", "copy", "--json", f.catalog, copy])
+        let againReport = try json(again) as? [String: Any]
+        #expect(again.status == 0 && againReport?["duplicate"] as? Int == CLIFixture.indexed.count, "\(again)")
+
+        // A destination whose copy of a track lost its landmarks (its pending row emptied behind the store's back).
+        let broken = dir.path("broken.earcat")
+        #expect(try EarmarkCLI.run(["catalog", "copy", f.catalog, broken]).status == 0)
+        _ = try Run.sqlite(broken, "UPDATE pending_postings SET data = x'' WHERE track_id = (SELECT min(track_id) FROM pending_postings)")
+        let differs = try EarmarkCLI.run(["catalog", "copy", "--verify-sample", "\(CLIFixture.indexed.count)", f.catalog, broken])
+        #expect(differs.status == 1 && differs.stdoutText.contains("landmarks are not found"), "\(differs)")
+        let refused = try EarmarkCLI.run(["catalog", "copy", dir.path("none.earcat"), copy])
+        #expect(refused.status == 2 && refused.stderrText.contains("no catalog here"), "\(refused)")
+    }
+
     @Test("a catalog add killed (SIGKILL) while it writes leaves a catalog that checks clean and keeps the tracks it committed; adding again completes it")
     func killedWriter() async throws {
         let f = try await CLIFixture.shared.value()

@@ -254,6 +254,30 @@ struct CatalogContentTests {
         }
     }
 
+    @Test("a copy made through the store interface (Catalog.create(copyOf:at:)) is one file with every track, posting and source stamp, and verifies whole")
+    func createCopy() throws {
+        let f = try TwoTrackCatalog()
+        let source = try Catalog(path: f.path)
+        _ = try source.relink(id: f.b.id, sourcePath: "/music/b.flac", size: 1234, modified: 1_700_000_000.5)
+        let dir = try TemporaryDirectory("copy")
+        let path = dir.path("copy.earcat")
+        try Catalog.create(copyOf: source, at: path)
+        #expect(!FileManager.default.fileExists(atPath: path + "-index"))
+        let copy = try Catalog(path: path, readOnly: true)
+        #expect(try copy.tracks().map(\.contentHash) == [f.a, f.b].map(\.contentHash))
+        let b = try #require(try copy.track(contentHash: f.b.contentHash))
+        #expect(try copy.sourceStamp(trackID: b.id) == SourceStamp(size: 1234, modified: 1_700_000_000.5))
+        #expect(try postings(copy, f.landmarksB.map(\.hash)).filter { $0.track == b.id } == expected(f.landmarksB, track: b.id))
+        #expect(catalogError { try Catalog.create(copyOf: source, at: path) } == .invalidArgument)
+
+        let merged = try source.tracks().map { t in (source: t, result: CatalogAddResult.duplicate(try copy.track(contentHash: t.contentHash)!)) }
+        let whole = try copy.verifyCopy(merged, from: source, sample: 2)
+        #expect(whole.problems.isEmpty && whole.tracks == 2 && whole.landmarks == f.a.landmarkCount + f.b.landmarkCount, "\(whole)")
+        // Pointing a source track at the wrong copy is found by both checks.
+        let crossed = [(source: merged[0].source, result: merged[1].result), merged[1]]
+        #expect(try copy.verifyCopy(crossed, from: source, sample: 2).problems.count == 2)
+    }
+
     @Test("update deletes metadata keys; a key that is not there is .invalidArgument and changes nothing")
     func removeMetadataKeys() throws {
         let f = try TwoTrackCatalog()

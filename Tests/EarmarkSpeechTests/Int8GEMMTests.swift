@@ -80,6 +80,9 @@ struct Int8GEMMTests {
         (7, 5, 40), (13, 6, 23), (16, 11, 77), (33, 3, 9), (2, 3, 2048), (5, 3, 2049), (1, 2, 4100),
     ]
 
+    static var fastKernels: [(String, Kernel)] { [("dispatched", earmark_int8_gemm), ("avx2", earmark_int8_gemm_avx2),
+                                                   ("avx512", earmark_int8_gemm_avx512)] }
+
     @Test("the dispatched and the portable kernels agree with the reference within the quantisation bound, and bit for bit with each other")
     func kernels() {
         var worst = 0.0
@@ -87,15 +90,18 @@ struct Int8GEMMTests {
             for variant in 0..<4 {
                 let c = Self.makeCase(rows: s.rows, n: s.n, k: s.k, seed: UInt64(500 + i * 4 + variant))
                 let bias = variant & 1 == 1, accumulate = variant & 2 == 2
-                let fast = Self.run(earmark_int8_gemm, c, bias: bias, accumulate: accumulate)
                 let portable = Self.run(earmark_int8_gemm_portable, c, bias: bias, accumulate: accumulate)
-                worst = max(worst, Self.check(fast, c, bias: bias, accumulate: accumulate))
                 _ = Self.check(portable, c, bias: bias, accumulate: accumulate)
-                // Integer sums and shared scalar code: the same bits on every path.
-                #expect(fast.map(\.bitPattern) == portable.map(\.bitPattern), "rows \(s.rows) n \(s.n) k \(s.k): paths differ")
+                // Integer sums and shared scalar code: the same bits on every path (the dispatched one, and the AVX2
+                // and AVX-512 ones explicitly, each falling back to the next where the CPU lacks it).
+                for (name, kernel) in Self.fastKernels {
+                    let fast = Self.run(kernel, c, bias: bias, accumulate: accumulate)
+                    worst = max(worst, Self.check(fast, c, bias: bias, accumulate: accumulate))
+                    #expect(fast.map(\.bitPattern) == portable.map(\.bitPattern), "\(name), rows \(s.rows) n \(s.n) k \(s.k): paths differ")
+                }
             }
         }
-        print("int8 GEMM path \(String(cString: earmark_half_gemm_path())): largest error \(worst) of the bound")
+        print("int8 GEMM path \(String(cString: earmark_int8_gemm_path())): largest error \(worst) of the bound")
     }
 
     @Test("sums at the int16 × int8 extremes over long rows do not overflow")
@@ -104,7 +110,7 @@ struct Int8GEMMTests {
             // Every input the row's largest (quantised to 32767) and every weight −127: the exact sum is −k · 127 · scale.
             let a = [Float](repeating: 0.5, count: k), w = [Int8](repeating: -127, count: 2 * k)
             let c = Case(a: a, w: w, scales: [1, 2], bias: [0, 0], prior: [0, 0], rows: 1, n: 2, k: k, lda: k, ldw: k, ldo: 2)
-            for kernel in [earmark_int8_gemm, earmark_int8_gemm_portable] as [Kernel] {
+            for kernel in [earmark_int8_gemm, earmark_int8_gemm_avx2, earmark_int8_gemm_avx512, earmark_int8_gemm_portable] as [Kernel] {
                 let out = Self.run(kernel, c, bias: false, accumulate: false)
                 #expect(abs(Double(out[0]) + 0.5 * 127 * Double(k)) <= 1e-5 * 127 * Double(k), "k \(k): \(out[0])")
                 #expect(abs(Double(out[1]) + 127 * Double(k)) <= 1e-5 * 254 * Double(k), "k \(k): \(out[1])")
@@ -119,7 +125,7 @@ struct Int8GEMMTests {
         a[k + 3] = .nan
         let c = Case(a: a, w: [Int8](repeating: 5, count: 3 * k), scales: [1, 1, 1], bias: [0.25, -1, 2], prior: [Float](repeating: 0, count: 6),
                      rows: 2, n: 3, k: k, lda: k, ldw: k, ldo: 3)
-        for kernel in [earmark_int8_gemm, earmark_int8_gemm_portable] as [Kernel] {
+        for kernel in [earmark_int8_gemm, earmark_int8_gemm_avx2, earmark_int8_gemm_avx512, earmark_int8_gemm_portable] as [Kernel] {
             let out = Self.run(kernel, c, bias: true, accumulate: false)
             #expect(Array(out[0..<3]) == [0.25, -1, 2])
             #expect(out[3..<6].allSatisfy { $0.isNaN })

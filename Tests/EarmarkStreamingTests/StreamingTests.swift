@@ -227,7 +227,7 @@ struct StreamingSessionTests {
                      "trim", "15", "10"])
         let data = try Data(contentsOf: raw)
         let samples = data.withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
-        let session = try StreamingSession(catalogPath: f.path, clock: nil)
+        let session = StreamingSession(catalog: try Catalog(path: f.path, readOnly: true), clock: nil)
         var i = 0
         while i < samples.count {
             let n = min(samples.count - i, 2 * 4800)
@@ -249,7 +249,7 @@ struct StreamingSessionTests {
         let f = try await StreamingFixture.shared.value()
         var options = StreamingOptions()
         options.maximumBacklog = 6
-        let session = try StreamingSession(catalogPath: f.path, options: options, clock: nil, start: false)
+        let session = StreamingSession(catalog: try Catalog(path: f.path, readOnly: true), options: options, clock: nil, start: false)
         let samples = try f.samples("sorcerer", from: 0, seconds: 30)
         for i in stride(from: 0, to: samples.count, by: 4410) {
             session.append(PCMBuffer(samples: Array(samples[i..<min(samples.count, i + 4410)]), sampleRate: 44_100))

@@ -47,7 +47,8 @@ void earmark_gelu_portable(float *x, long count);
 // integers, and
 //     out[r·ldo + j] = (accumulate ? out[r·ldo + j] : 0) + (bias ? bias[j] : 0) + (float)Σ_p q[r][p] · w[j·ldw + p] · (s_r · scales[j])
 // (a row holding a NaN or an infinity gives NaN). The sums are exact and the rest is the same code on every path, so
-// the AVX2 code (chosen at run time as for earmark_half_gemm) and the portable code give the same bits on every CPU.
+// the AVX-512 code (AVX-512 BW + VNNI, `vpdpwssd`), the AVX2 code (chosen at run time, the first the CPU runs, as for
+// earmark_half_gemm) and the portable code give the same bits on every CPU.
 // `scratch` holds earmark_int8_gemm_scratch_count(rows, k) int16 values (the quantised rows and their scales).
 void earmark_int8_gemm(long rows, long n, long k, const float *a, long lda, const int8_t *w, long ldw, const float *scales,
                        const float *bias, float *out, long ldo, int accumulate, int16_t *scratch);
@@ -56,6 +57,16 @@ void earmark_int8_gemm(long rows, long n, long k, const float *a, long lda, cons
 void earmark_int8_gemm_portable(long rows, long n, long k, const float *a, long lda, const int8_t *w, long ldw,
                                 const float *scales, const float *bias, float *out, long ldo, int accumulate,
                                 int16_t *scratch);
+
+// The same product with the AVX2 code (the portable code on a CPU without AVX2, FMA and F16C), and with the AVX-512
+// VNNI code (the AVX2 or portable code on a CPU without it): for tests, which check that every path gives the same bits.
+void earmark_int8_gemm_avx2(long rows, long n, long k, const float *a, long lda, const int8_t *w, long ldw,
+                            const float *scales, const float *bias, float *out, long ldo, int accumulate, int16_t *scratch);
+void earmark_int8_gemm_avx512(long rows, long n, long k, const float *a, long lda, const int8_t *w, long ldw,
+                              const float *scales, const float *bias, float *out, long ldo, int accumulate, int16_t *scratch);
+
+// The code earmark_int8_gemm runs on this CPU: "avx512-vnni", "avx2" or "portable".
+const char *earmark_int8_gemm_path(void);
 
 // int16 values of scratch earmark_int8_gemm needs for `rows` input rows of `k` values.
 long earmark_int8_gemm_scratch_count(long rows, long k);
