@@ -70,7 +70,7 @@ let package = Package(
         // (model made by tools/fetch-speech-model.sh).
         .target(name: "EarmarkSpeech", dependencies: ["CHalfGEMM", "COpenBLAS", "CZlib", "EarmarkAudio", "EarmarkDSP", "EarmarkClassification"]),
         .target(name: "EarmarkKit", dependencies: [
-            "EarmarkAudio", "EarmarkSignature", "EarmarkCatalog", "EarmarkMatching", "EarmarkStreaming", "EarmarkAnalysis",
+            "EarmarkAudio", "EarmarkSignature", "EarmarkCatalog", "EarmarkCatalogPostgres", "EarmarkMatching", "EarmarkStreaming", "EarmarkAnalysis",
             "EarmarkClassification", "EarmarkSpeech",
         ]),
         // `earmark serve`: the HTTP API over one warm catalog (Hummingbird 2).

@@ -93,7 +93,7 @@ public final class Catalog: CatalogStore {
         self.busyTimeout = max(0, min(busyTimeout, 86_400))
         self.readOnly = readOnly
         if let scheme = Catalog.urlScheme(path) {
-            throw CatalogError(.invalidArgument, "a \(scheme):// URL; this build keeps a catalog in one SQLite file only, so give a file path", path: path)
+            throw CatalogError(.invalidArgument, "a \(scheme):// URL; a catalog is a file path or a postgres:// URL", path: path)
         }
         var isFolder: ObjCBool = false
         let exists = FileManager.default.fileExists(atPath: path, isDirectory: &isFolder)

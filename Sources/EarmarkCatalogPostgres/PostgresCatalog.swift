@@ -579,6 +579,10 @@ public final class PostgresCatalog: CatalogStore {
     /// Nothing is deferred in this layout: every add is complete when it returns.
     public func close() throws {}
 
+    public func export(to destination: String) throws {
+        try Catalog.create(copyOf: self, at: destination)
+    }
+
     public func analyses(trackID: Int64) throws -> [TrackAnalysis] {
         try run("SELECT kind, version, data::text FROM track_analysis WHERE track_id = $1 ORDER BY kind COLLATE \"C\"",
                 PostgresCatalog.binds { $0.append(trackID) }).map { row in

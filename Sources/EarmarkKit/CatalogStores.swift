@@ -1,4 +1,5 @@
 import EarmarkCatalog
+import EarmarkCatalogPostgres
 import EarmarkSignature
 
 /// What a catalog is opened for.
@@ -13,15 +14,19 @@ public enum CatalogAccess: Sendable {
 
 /// Opens catalogs by location, whichever store keeps them.
 public enum CatalogStores {
-    /// Opens the catalog at `location`: a file path (an embedded SQLite ``Catalog``), or a URL whose scheme names
-    /// a backend (``CatalogError/Code/invalidArgument`` for a scheme this build has no store for).
+    /// Opens the catalog at `location`: a file path (an embedded SQLite ``Catalog``), or a `postgres://` (or
+    /// `postgresql://`) URL (a ``PostgresCatalog``); ``CatalogError/Code/invalidArgument`` for another scheme.
     /// - Parameters:
     ///   - busyTimeout: seconds to wait for another writer's lock.
     ///   - configuration: the signature algorithm of a catalog being created (an existing one keeps its own).
     public static func open(_ location: String, access: CatalogAccess, busyTimeout: Double = 10,
                             configuration: SignatureConfiguration = .current) throws -> any CatalogStore {
-        try Catalog(path: location, create: access == .create, readOnly: access == .read, busyTimeout: busyTimeout,
-                    configuration: configuration)
+        if PostgresURL.isPostgresURL(location) {
+            return try PostgresCatalog(url: location, create: access == .create, readOnly: access == .read, busyTimeout: busyTimeout,
+                                       configuration: configuration)
+        }
+        return try Catalog(path: location, create: access == .create, readOnly: access == .read, busyTimeout: busyTimeout,
+                           configuration: configuration)
     }
 
     /// Whether `location` is a file path (an embedded SQLite catalog) rather than a server's URL.

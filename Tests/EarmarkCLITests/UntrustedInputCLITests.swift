@@ -138,6 +138,32 @@ struct UntrustedInputCLITests {
         #expect(refused.status == 2 && refused.stderrText.contains("no catalog here"), "\(refused)")
     }
 
+    @Test("a catalog on a PostgreSQL server: catalog copy from the file, then list, match and a copy back answer as the file does",
+          .enabled(if: PostgresServer.testsEnabled))
+    func postgresCatalog() async throws {
+        let f = try await CLIFixture.shared.value()
+        let server = try PostgresServer()
+        defer { server.stop() }
+        let copy = try EarmarkCLI.run(["catalog", "copy", "--json", f.catalog, server.url])
+        #expect(copy.status == 0, "\(copy)")
+        #expect((try json(copy) as? [String: Any])?["problems"] as? [String] == [], "\(copy)")
+        #expect(try listTracks(server.url).map(\.title) == CLIFixture.indexed)
+        for stem in CLIFixture.indexed {
+            let clip = try f.clip(stem, at: 20).path
+            let onFile = try matches(try EarmarkCLI.run(["match", "--catalog", f.catalog, "--json", clip])).first ?? [:]
+            let onServer = try matches(try EarmarkCLI.run(["match", "--catalog", server.url, "--json", clip])).first ?? [:]
+            #expect(title(of: onServer) == stem && title(of: onFile) == stem)
+            #expect(onServer["matchOffset"] as? Double == onFile["matchOffset"] as? Double && onServer["matchOffset"] != nil, "\(onServer) \(onFile)")
+        }
+        let dir = try TemporaryDirectory("cli-postgres")
+        let back = try EarmarkCLI.run(["catalog", "copy", server.url, dir.path("back.earcat")])
+        #expect(back.status == 0, "\(back)")
+        #expect(try listTracks(dir.path("back.earcat")).map(\.title) == CLIFixture.indexed)
+        server.stop()
+        let gone = try EarmarkCLI.run(["catalog", "list", "--catalog", server.url])
+        #expect(gone.status == 2 && gone.stderrText.contains("127.0.0.1:\(server.port)"), "\(gone)")
+    }
+
     @Test("a catalog add killed (SIGKILL) while it writes leaves a catalog that checks clean and keeps the tracks it committed; adding again completes it")
     func killedWriter() async throws {
         let f = try await CLIFixture.shared.value()
