@@ -360,20 +360,7 @@ public final class Catalog: CatalogStore {
     /// Throws ``CatalogError/Code/invalidArgument`` (writing nothing) for data that no signature of the track's
     /// duration can hold: ``check()`` would report it as damage.
     public func add(_ new: NewTrack, landmarks: [Landmark], peaks: [Peak], analyses: [TrackAnalysis]) throws -> AddResult {
-        guard new.duration.isFinite, new.duration >= 0, new.duration <= Signature.maximumDuration else {
-            throw CatalogError(.invalidArgument, "invalid track duration \(new.duration) s", path: path)
-        }
-        let lastFrame = configuration.lastFrame(duration: new.duration)
-        var previous: UInt32 = 0
-        for p in peaks {
-            guard p.frame >= previous, Int(p.frame) <= lastFrame, Int(p.bin) >= configuration.minBin, Int(p.bin) < configuration.maxBin else {
-                throw CatalogError(.invalidArgument, "peak at frame \(p.frame), bin \(p.bin) does not fit a \(new.duration)-s track in frame order", path: path)
-            }
-            previous = p.frame
-        }
-        if let l = landmarks.first(where: { UInt64($0.hash) >= 1 << UInt64(configuration.hashBits) || Int($0.frame) > lastFrame }) {
-            throw CatalogError(.invalidArgument, "landmark (hash \(l.hash), frame \(l.frame)) does not fit a \(new.duration)-s track", path: path)
-        }
+        try validateAddition(new, landmarks: landmarks, peaks: peaks)
         let metaJSON = String(decoding: try JSONEncoder().encode(new.metadata), as: UTF8.self)
         let result: AddResult = try db.writeTransaction {
             if let existing = try track(contentHash: new.contentHash) { return .duplicate(existing) }

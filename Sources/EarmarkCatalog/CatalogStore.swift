@@ -104,6 +104,25 @@ public protocol CatalogStore: AnyObject {
 }
 
 extension CatalogStore {
+    /// Refuses, with ``CatalogError/Code/invalidArgument``, a track that no signature of its duration can hold
+    /// (``check()`` would report it as damage): every store runs this before ``add(_:landmarks:peaks:analyses:)`` writes.
+    package func validateAddition(_ new: NewTrack, landmarks: [Landmark], peaks: [Peak]) throws {
+        guard new.duration.isFinite, new.duration >= 0, new.duration <= Signature.maximumDuration else {
+            throw CatalogError(.invalidArgument, "invalid track duration \(new.duration) s", path: location)
+        }
+        let lastFrame = configuration.lastFrame(duration: new.duration)
+        var previous: UInt32 = 0
+        for p in peaks {
+            guard p.frame >= previous, Int(p.frame) <= lastFrame, Int(p.bin) >= configuration.minBin, Int(p.bin) < configuration.maxBin else {
+                throw CatalogError(.invalidArgument, "peak at frame \(p.frame), bin \(p.bin) does not fit a \(new.duration)-s track in frame order", path: location)
+            }
+            previous = p.frame
+        }
+        if let l = landmarks.first(where: { UInt64($0.hash) >= 1 << UInt64(configuration.hashBits) || Int($0.frame) > lastFrame }) {
+            throw CatalogError(.invalidArgument, "landmark (hash \(l.hash), frame \(l.frame)) does not fit a \(new.duration)-s track", path: location)
+        }
+    }
+
     /// ``lookup(hashes:commonHashes:_:)`` skipping no hash.
     public func lookup(hashes: [UInt32], _ body: (Int, Int64, UInt32) -> Void) throws {
         try lookup(hashes: hashes, commonHashes: nil, body)

@@ -438,20 +438,7 @@ public final class PostgresCatalog: CatalogStore {
     /// that returns the track already there.
     public func add(_ new: NewTrack, landmarks: [Landmark], peaks: [Peak], analyses: [TrackAnalysis]) throws -> CatalogAddResult {
         try refuseIfReadOnly()
-        guard new.duration.isFinite, new.duration >= 0, new.duration <= Signature.maximumDuration else {
-            throw CatalogError(.invalidArgument, "invalid track duration \(new.duration) s", path: location)
-        }
-        let lastFrame = configuration.lastFrame(duration: new.duration)
-        var previous: UInt32 = 0
-        for p in peaks {
-            guard p.frame >= previous, Int(p.frame) <= lastFrame, Int(p.bin) >= configuration.minBin, Int(p.bin) < configuration.maxBin else {
-                throw CatalogError(.invalidArgument, "peak at frame \(p.frame), bin \(p.bin) does not fit a \(new.duration)-s track in frame order", path: location)
-            }
-            previous = p.frame
-        }
-        if let l = landmarks.first(where: { UInt64($0.hash) >= 1 << UInt64(configuration.hashBits) || Int($0.frame) > lastFrame }) {
-            throw CatalogError(.invalidArgument, "landmark (hash \(l.hash), frame \(l.frame)) does not fit a \(new.duration)-s track", path: location)
-        }
+        try validateAddition(new, landmarks: landmarks, peaks: peaks)
         let metaJSON = String(decoding: try JSONEncoder().encode(new.metadata), as: UTF8.self)
         let unique = Catalog.uniqueSorted(landmarks)
         let landmarkBlob = ByteBuffer(bytes: Catalog.encodeLandmarks(unique))
