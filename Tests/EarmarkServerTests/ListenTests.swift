@@ -173,8 +173,13 @@ import Testing
                     .first { $0.hasPrefix("earmark_listen_streams ") }.flatMap { Double($0.split(separator: " ")[1]) }
             }
             #expect(try await streams() == 0)
+            // Each sends its start message, so that a slow machine cannot end them by the 10-s start timeout
+            // between the upgrade and the scrape.
             let first = try await Self.upgrade(port: server.port)
             let second = try await Self.upgrade(port: server.port)
+            for socket in [first.socket, second.socket] {
+                try socket.write(Self.maskedTextFrame(#"{"format":"s16le","sampleRate":16000,"channels":1}"#))
+            }
             try await waitUntil { server.server.streamsInProgress == 2 }
             #expect(try await server.get("/metrics").text.contains("# TYPE earmark_listen_streams gauge"))
             #expect(try await streams() == 2)
@@ -250,6 +255,14 @@ import Testing
                                    + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").utf8))
             return (socket, try socket.readReply())
         }
+    }
+
+    /// One WebSocket text frame as a client sends it (masked; `text` under 126 bytes), for a socket from ``upgrade``.
+    static func maskedTextFrame(_ text: String) -> Data {
+        let payload = Array(text.utf8)
+        precondition(payload.count < 126)
+        let mask: [UInt8] = [0x5A, 0x13, 0xC7, 0x2E]
+        return Data([0x81, 0x80 | UInt8(payload.count)] + mask + payload.enumerated().map { $0.element ^ mask[$0.offset % 4] })
     }
 
     /// `seconds` of `source` from `start`, mono at `rate` Hz, as 16-bit little-endian samples.
