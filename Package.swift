@@ -118,13 +118,17 @@ let package = Package(
         // Fuzzing (tools/fuzz.sh): one libFuzzer target per parser of outside bytes, all calling EarmarkFuzzing's
         // entry points; built without -DFUZZING, each replays the files it is given, as the replay tests do.
         .systemLibrary(name: "CFuzzerDriver"),
-        .target(name: "EarmarkFuzzing", dependencies: ["CFuzzerDriver", "CSQLite3", "EarmarkKit"]),
+        // Only the parsers' own targets: a fuzz build (sanitizers, release) then compiles no server or PostgreSQL client.
+        .target(name: "EarmarkFuzzing", dependencies: [
+            "CFuzzerDriver", "CSQLite3", "EarmarkAudio", "EarmarkCatalog", "EarmarkClassification", "EarmarkSignature", "EarmarkSpeech",
+        ]),
         .executableTarget(name: "fuzz-signature", dependencies: ["EarmarkFuzzing"]),
         .executableTarget(name: "fuzz-model", dependencies: ["EarmarkFuzzing"]),
         .executableTarget(name: "fuzz-catalog", dependencies: ["EarmarkFuzzing"]),
         .executableTarget(name: "fuzz-wav", dependencies: ["EarmarkFuzzing"]),
         .executableTarget(name: "fuzz-csv", dependencies: ["EarmarkFuzzing"]),
         .executableTarget(name: "fuzz-speech-model", dependencies: ["EarmarkFuzzing"]),
+        .executableTarget(name: "fuzz-postgres-url", dependencies: ["EarmarkFuzzing"]),
         .testTarget(name: "EarmarkFuzzingTests", dependencies: ["EarmarkFuzzing", "EarmarkKit", "EarmarkTestSupport"]),
     ],
     swiftLanguageModes: [.v6]

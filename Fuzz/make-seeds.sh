@@ -68,6 +68,14 @@ printf '\xef\xbb\xbfFile,Title,Artist\r\n"a ""quoted"" name.wav",Line one\r\n"tw
 printf 'title,path,album\n,~/music/a.flac,\nt,sub/../b.flac,"A, B"\nu,/abs/c.mp3\n' >"$d/relative-absolute.csv"
 printf 'path\n' >"$d/header-only.csv"
 
+# --- postgres-url: a URL line, NAME=VALUE environment lines, then after a -- line a password file (Fuzz/README.md)
+d=$corpus/postgres-url; rm -rf "$d"; mkdir -p "$d"
+printf 'postgres://earmark:s3cr%%40t@db.example:6543/music?sslmode=require&connect_timeout=5\n' >"$d/full.txt"
+printf 'postgresql://me@/cat?host=/tmp/pg&port=5999&application_name=x\nPGUSER=alice\n--\n/tmp/pg:5999:*:*:socketpass\n' >"$d/socket-pgpass.txt"
+printf 'postgres://me@[::1]:5433/cat?password=hidden\n' >"$d/ipv6-password-parameter.txt"
+printf 'postgres://\nPGHOST=db.example\nPGPORT=7000\nPGDATABASE=music\nPGSSLMODE=verify-full\n--\n# comment\ndb.example:7000:music:*:pa\\:ss\n*:*:*:*:fallback\n' >"$d/environment-pgpass.txt"
+printf 'postgres://u@%%2Fvar%%2Frun%%2Fpostgresql/db?dbname=other&user=bob\n' >"$d/escaped-socket.txt"
+
 # --- model: tiny networks in the .emodel format (the real YAMNet model is 3.8 MB and not ours to ship)
 d=$corpus/model; rm -rf "$d"; mkdir -p "$d"
 python3 "$repo/tools/fuzz-model-seeds.py" "$d"

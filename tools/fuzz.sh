@@ -6,7 +6,7 @@
 #
 # Usage: tools/fuzz.sh [--seconds N] [--keep-corpus] [NAME…]
 #
-#   NAME            signature, model, catalog, wav, csv, speech-model (default: all), run one after the other
+#   NAME            signature, model, catalog, wav, csv, speech-model, postgres-url (default: all), run one after the other
 #   --seconds N     seconds per target (default 60)
 #   --keep-corpus   keep the grown corpus of the previous run instead of starting from the seeds
 #
@@ -27,7 +27,7 @@
 set -euo pipefail
 
 me=fuzz.sh
-all=(signature model catalog wav csv speech-model)
+all=(signature model catalog wav csv speech-model postgres-url)
 seconds=60
 keep=0
 targets=()

@@ -1,4 +1,4 @@
-import EarmarkKit
+import EarmarkCatalog
 import Foundation
 
 /// Metadata CSV files: UTF-8 text (as `catalog add --metadata` reads it) split into records, then

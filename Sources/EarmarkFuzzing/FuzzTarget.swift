@@ -20,6 +20,8 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
     case csv
     /// `SpeechModel(data:name:)`: a speech `.emodel` file (Whisper).
     case speechModel = "speech-model"
+    /// `PostgresURL(_:environment:home:)`: a `--catalog postgres://…` location, with a password file.
+    case postgresURL = "postgres-url"
 
     /// The executable's name: `fuzz-signature`, ….
     public var executableName: String { "fuzz-\(rawValue)" }
@@ -33,6 +35,7 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
         case .wav: WAVFuzzing.run(bytes)
         case .csv: CSVFuzzing.run(bytes)
         case .speechModel: SpeechModelFuzzing.run(bytes)
+        case .postgresURL: PostgresURLFuzzing.run(bytes)
         }
     }
 

@@ -1,19 +1,5 @@
 import Foundation
 
-/// Descriptive fields for files being added, from the command line or a metadata CSV.
-public struct TrackDescription: Sendable, Equatable {
-    public var title: String?
-    public var artist: String?
-    public var album: String?
-    public var metadata: [String: JSONValue]
-    public init(title: String? = nil, artist: String? = nil, album: String? = nil, metadata: [String: JSONValue] = [:]) {
-        self.title = title
-        self.artist = artist
-        self.album = album
-        self.metadata = metadata
-    }
-}
-
 /// What happened to one file of a `catalog add`.
 public struct IngestOutcome: Sendable {
     /// `moved`: the audio of a stored track whose file is gone; the track now points at this file.

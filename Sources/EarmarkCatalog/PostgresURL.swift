@@ -1,4 +1,3 @@
-import EarmarkCatalog
 import Foundation
 
 /// Where a PostgreSQL catalog is, parsed from `postgres://user:password@host:port/db?sslmode=…&host=/socket/folder`
@@ -49,8 +48,8 @@ public struct PostgresURL: Sendable, Equatable {
 
     /// Whether `text` is a URL this store takes (`postgres://` or `postgresql://`).
     public static func isPostgresURL(_ text: String) -> Bool {
-        let lower = text.lowercased()
-        return lower.hasPrefix("postgres://") || lower.hasPrefix("postgresql://")
+        guard let scheme = Catalog.urlScheme(text)?.lowercased() else { return false }
+        return scheme == "postgres" || scheme == "postgresql"
     }
 
     /// Parses `url`; ``CatalogError/Code/invalidArgument`` when it is not a PostgreSQL URL this store understands.

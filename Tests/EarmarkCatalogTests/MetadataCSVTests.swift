@@ -1,4 +1,4 @@
-import EarmarkKit
+import EarmarkCatalog
 import Foundation
 import Testing
 

@@ -1,5 +1,19 @@
 import Foundation
 
+/// Descriptive fields for files being added, from the command line or a metadata CSV.
+public struct TrackDescription: Sendable, Equatable {
+    public var title: String?
+    public var artist: String?
+    public var album: String?
+    public var metadata: [String: JSONValue]
+    public init(title: String? = nil, artist: String? = nil, album: String? = nil, metadata: [String: JSONValue] = [:]) {
+        self.title = title
+        self.artist = artist
+        self.album = album
+        self.metadata = metadata
+    }
+}
+
 /// A malformed or unusable CSV file.
 public struct CSVError: Error, CustomStringConvertible, Sendable, Equatable {
     public var path: String?
