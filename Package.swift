@@ -5,6 +5,11 @@ import PackageDescription
 // ← EarmarkStreaming (live sessions); EarmarkAnalysis (music metadata), EarmarkClassification (sound classes), EarmarkSpeech
 // (speech to text) ← EarmarkKit
 // ← EarmarkServer (HTTP API) ← earmark (CLI). Every C library comes from Debian through a system-library target.
+// The stages that crunch numbers are optimised in debug builds too: unoptimised, their loops spent most of the test suite's
+// time in generic metadata lookups and retains (a profile of `swift test`: about 70 % of its CPU time in
+// libswiftCore and in our own -Onone code).
+let optimizedInDebug: [SwiftSetting] = [.unsafeFlags(["-O"], .when(configuration: .debug))]
+
 let package = Package(
     name: "Earmark",
     platforms: [.macOS(.v14)],
@@ -44,31 +49,32 @@ let package = Package(
         // Whisper's repetition guard measures text with zlib (Foundation has no zlib API on Linux).
         .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
 
-        .target(name: "EarmarkAudio", dependencies: ["CSndFile", "CSoxr", "COpus", "CMPG123"]),
+        .target(name: "EarmarkAudio", dependencies: ["CSndFile", "CSoxr", "COpus", "CMPG123"], swiftSettings: optimizedInDebug),
         .target(name: "EarmarkCapture", dependencies: ["CPulseSimple", "EarmarkAudio"]),
-        .target(name: "EarmarkDSP", dependencies: ["CFFTW3"]),
-        .target(name: "EarmarkSignature", dependencies: ["EarmarkDSP"]),
+        .target(name: "EarmarkDSP", dependencies: ["CFFTW3"], swiftSettings: optimizedInDebug),
+        .target(name: "EarmarkSignature", dependencies: ["EarmarkDSP"], swiftSettings: optimizedInDebug),
         .systemLibrary(name: "CPrefetch"),
-        .target(name: "EarmarkCatalog", dependencies: ["CSQLite3", "CPrefetch", "EarmarkSignature"]),
+        .target(name: "EarmarkCatalog", dependencies: ["CSQLite3", "CPrefetch", "EarmarkSignature"], swiftSettings: optimizedInDebug),
         // The catalog on a PostgreSQL server (issue 19), the same CatalogStore as the SQLite file.
         .target(name: "EarmarkCatalogPostgres", dependencies: [
             "EarmarkCatalog", .product(name: "PostgresNIO", package: "postgres-nio"),
         ]),
-        .target(name: "EarmarkMatching", dependencies: ["EarmarkSignature", "EarmarkCatalog"]),
+        .target(name: "EarmarkMatching", dependencies: ["EarmarkSignature", "EarmarkCatalog"], swiftSettings: optimizedInDebug),
         // Synthetic tracks grown from real signatures, for benchmarks of catalogs larger than the music at hand.
-        .target(name: "EarmarkSynthetic", dependencies: ["EarmarkDSP", "EarmarkSignature"]),
-        .target(name: "EarmarkStreaming", dependencies: ["EarmarkAudio", "EarmarkMatching"]),
-        .target(name: "EarmarkAnalysis", dependencies: ["EarmarkAudio", "EarmarkDSP"]),
+        .target(name: "EarmarkSynthetic", dependencies: ["EarmarkDSP", "EarmarkSignature"], swiftSettings: optimizedInDebug),
+        .target(name: "EarmarkStreaming", dependencies: ["EarmarkAudio", "EarmarkMatching"], swiftSettings: optimizedInDebug),
+        .target(name: "EarmarkAnalysis", dependencies: ["EarmarkAudio", "EarmarkDSP"], swiftSettings: optimizedInDebug),
         // The instrument head (tools/train-instrument-head.sh) ships as a resource; InstrumentHead finds the bundle itself.
         .target(name: "EarmarkClassification", dependencies: ["COpenBLAS", "EarmarkAudio", "EarmarkDSP"],
-                resources: [.copy("Resources/instrument-head.json")]),
+                resources: [.copy("Resources/instrument-head.json")], swiftSettings: optimizedInDebug),
         // Matrix products with float16 weights for few rows (Whisper's decoder steps) and the attention's softmax,
         // AVX2/FMA/F16C chosen at run time, portable C otherwise.
         // Optimised in debug builds too: at -O0 the intrinsics run about 30 times slower, which made the speech tests crawl.
         .target(name: "CHalfGEMM", cSettings: [.unsafeFlags(["-O2"], .when(configuration: .debug))]),
         // Speech to text: Whisper base, the encoder in Float32 on OpenBLAS, the decoder on float16 weights (CHalfGEMM)
         // (model made by tools/fetch-speech-model.sh).
-        .target(name: "EarmarkSpeech", dependencies: ["CHalfGEMM", "COpenBLAS", "CZlib", "EarmarkAudio", "EarmarkDSP", "EarmarkClassification"]),
+        .target(name: "EarmarkSpeech", dependencies: ["CHalfGEMM", "COpenBLAS", "CZlib", "EarmarkAudio", "EarmarkDSP", "EarmarkClassification"],
+                swiftSettings: optimizedInDebug),
         .target(name: "EarmarkKit", dependencies: [
             "EarmarkAudio", "EarmarkSignature", "EarmarkCatalog", "EarmarkCatalogPostgres", "EarmarkMatching", "EarmarkStreaming", "EarmarkAnalysis",
             "EarmarkClassification", "EarmarkSpeech",
