@@ -5,12 +5,13 @@ import Foundation
 /// Options shared by every command that uses a catalog.
 struct GlobalOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp(
-        "The catalog file.",
+        "The catalog: a file, or a catalog on a PostgreSQL server as postgres://user@host:port/database.",
         discussion: """
         Default: $EARMARK_CATALOG, else $XDG_DATA_HOME/earmark/catalog.earcat, \
-        else ~/.local/share/earmark/catalog.earcat.
+        else ~/.local/share/earmark/catalog.earcat. A URL takes libpq's forms: the password from the URL, \
+        $PGPASSWORD or ~/.pgpass, ?sslmode= for TLS (docs/postgres.md).
         """,
-        valueName: "path"))
+        valueName: "path-or-url"))
     var catalog: String?
 
     @Flag(name: .long, help: "Print machine-readable JSON on standard output instead of text.")
