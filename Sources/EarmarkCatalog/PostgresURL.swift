@@ -150,7 +150,7 @@ public struct PostgresURL: Sendable, Equatable {
         self.connectTimeout = timeout.map { $0 == 0 ? 3600 : $0 } ?? 10
         // The redacted URL: the same text without the password (in the user part or as a parameter).
         var shown = String(url[..<schemeEnd.upperBound])
-        if let userInfo { shown += (userInfo.split(separator: ":", maxSplits: 1).first ?? "") + "@" }
+        if let userInfo { shown += userInfo[..<(userInfo.firstIndex(of: ":") ?? userInfo.endIndex)] + "@" }
         shown += hostPort
         if !path.isEmpty || rest.hasSuffix("/") { shown += "/" + path }
         if !kept.isEmpty { shown += "?" + kept.joined(separator: "&") }
@@ -187,7 +187,8 @@ public struct PostgresURL: Sendable, Equatable {
     /// unix-socket connection to the default folder also matches `localhost`.
     func lookUpPassword(inFile path: String) -> String? {
         var st = stat()
-        guard stat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_mode & 0o077 == 0,
+        // An empty file is read no further: Foundation's reader leaks its buffer on one (found by fuzz-postgres-url).
+        guard stat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_mode & 0o077 == 0, st.st_size > 0,
               let data = FileManager.default.contents(atPath: path) else { return nil }
         let hosts: [String]
         switch host {

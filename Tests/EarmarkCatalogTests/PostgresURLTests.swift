@@ -15,6 +15,9 @@ struct PostgresURLTests {
         let q = try PostgresURL("postgresql://earmark@db.example/music?password=hidden&sslmode=disable", environment: [:], home: "/nonexistent")
         #expect(q.password == "hidden" && q.port == 5432 && q.sslMode == .disable)
         #expect(q.redacted == "postgresql://earmark@db.example/music?sslmode=disable")
+        // No user name, only a password (found by fuzz-postgres-url: the password was shown as the user).
+        let p = try PostgresURL("postgres://:s3cret@db.example/music", environment: [:], home: "/nonexistent")
+        #expect(p.password == "s3cret" && p.redacted == "postgres://@db.example/music")
     }
 
     @Test("a unix socket folder as ?host= or %-encoded host, an IPv6 address, and libpq's defaults")
