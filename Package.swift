@@ -101,7 +101,7 @@ let package = Package(
         .testTarget(name: "EarmarkCatalogTests", dependencies: ["EarmarkCatalog", "EarmarkTestSupport"]),
         // Runs throwaway PostgreSQL 15 servers (initdb in temporary folders; tools/setup.sh installs postgresql-15).
         .testTarget(name: "EarmarkCatalogPostgresTests", dependencies: [
-            "EarmarkCatalogPostgres", "EarmarkCatalog", "EarmarkTestSupport",
+            "EarmarkCatalogPostgres", "EarmarkCatalog", "EarmarkMatching", "EarmarkTestSupport",
         ]),
         .testTarget(name: "EarmarkMatchingTests", dependencies: ["EarmarkMatching", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkSyntheticTests", dependencies: ["EarmarkSynthetic", "EarmarkTestSupport"]),
