@@ -84,7 +84,7 @@ let package = Package(
             .product(name: "Prometheus", package: "swift-prometheus"),
         ], resources: [.copy("Page")]),   // the page at `/`: plain HTML, JS and CSS, no build step
         .executableTarget(name: "earmark", dependencies: [
-            "EarmarkKit", "EarmarkCapture", "EarmarkServer", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "EarmarkKit", "EarmarkCatalogPostgres", "EarmarkCapture", "EarmarkServer", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "earmark-bench", dependencies: ["EarmarkKit"]),
         .executableTarget(name: "earmark-listen-bench", dependencies: ["EarmarkKit", "EarmarkDSP"]),
