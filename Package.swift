@@ -90,7 +90,7 @@ let package = Package(
             .product(name: "Prometheus", package: "swift-prometheus"),
         ], resources: [.copy("Page")]),   // the page at `/`: plain HTML, JS and CSS, no build step
         .executableTarget(name: "earmark", dependencies: [
-            "EarmarkKit", "EarmarkCapture", "EarmarkServer", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            "EarmarkKit", "EarmarkCatalogPostgres", "EarmarkCapture", "EarmarkServer", .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "earmark-bench", dependencies: ["EarmarkKit"]),
         .executableTarget(name: "earmark-listen-bench", dependencies: ["EarmarkKit", "EarmarkDSP"]),
@@ -107,7 +107,7 @@ let package = Package(
         .testTarget(name: "EarmarkCatalogTests", dependencies: ["EarmarkCatalog", "EarmarkTestSupport"]),
         // Runs throwaway PostgreSQL 15 servers (initdb in temporary folders; tools/setup.sh installs postgresql-15).
         .testTarget(name: "EarmarkCatalogPostgresTests", dependencies: [
-            "EarmarkCatalogPostgres", "EarmarkCatalog", "EarmarkTestSupport",
+            "EarmarkCatalogPostgres", "EarmarkCatalog", "EarmarkMatching", "EarmarkTestSupport",
         ]),
         .testTarget(name: "EarmarkMatchingTests", dependencies: ["EarmarkMatching", "EarmarkTestSupport"]),
         .testTarget(name: "EarmarkSyntheticTests", dependencies: ["EarmarkSynthetic", "EarmarkTestSupport"]),

@@ -738,19 +738,7 @@ public final class Catalog: CatalogStore {
         guard !hashes.isEmpty else { return }
         let index = try self.index()
         try index.lookup(keys: hashes, commonKeys: commonHashes) { i, track, frame in body(i, Int64(track), frame) }
-        let pending = try currentPendingOverlay(index)
-        guard !pending.isEmpty else { return }
-        for (i, h) in hashes.enumerated() {
-            var lo = 0, hi = pending.count
-            while lo < hi {
-                let mid = (lo + hi) >> 1
-                if pending[mid].key < h { lo = mid + 1 } else { hi = mid }
-            }
-            while lo < pending.count, pending[lo].key == h {
-                body(i, Int64(pending[lo].track), pending[lo].frame)
-                lo += 1
-            }
-        }
+        PostingIndex.lookup(sorted: try currentPendingOverlay(index), keys: hashes) { i, track, frame in body(i, Int64(track), frame) }
     }
 
     /// Most pending postings a connection holds in memory for lookups.

@@ -5,10 +5,15 @@ import Glibc
 #endif
 
 /// One posting of the hash index: a landmark key, the track holding it and the anchor frame there.
-struct Posting: Equatable {
-    var key: UInt32
-    var track: UInt32
-    var frame: UInt32
+package struct Posting: Equatable, Sendable {
+    package var key: UInt32
+    package var track: UInt32
+    package var frame: UInt32
+    package init(key: UInt32, track: UInt32, frame: UInt32) {
+        self.key = key
+        self.track = track
+        self.frame = frame
+    }
 }
 
 /// An immutable, memory-mapped file of postings sorted by key: the unit the hash index is built from.
@@ -18,13 +23,14 @@ struct Posting: Equatable {
 /// (``IndexSegment/mix(_:bits:)``, a bijection on `keyBits` bits that spreads any key design evenly); its top
 /// `bucketBits` bits pick the bucket, the rest (the residual) is stored.
 /// A bucket is one byte, the frame width `fw`, then its postings sorted by residual, each
-/// bit-packed as residual (`keyBits - bucketBits` bits), track − `firstTrack` (`trackBits`) and frame (`fw` bits),
-/// so a lookup reads one bucket and binary-searches it. Everything read from the file is checked before it is
+/// bit-packed as residual (`keyBits - bucketBits` bits), track − `firstTrack` (`trackBits`) and frame (`fw` bits)
+/// (``IndexBucketCodec``, shared with the PostgreSQL store's bucket rows), so a lookup reads one bucket and
+/// binary-searches it. Everything read from the file is checked before it is
 /// used: a damaged segment throws, never traps.
-final class IndexSegment {
+package final class IndexSegment {
     static let magic: [UInt8] = Array("EARMKIX\(Catalog.indexFormat)".utf8)
     static let headerBytes = 64
-    static let maximumBucketBits = 26
+    package static let maximumBucketBits = 26
 
     let path: String
     let postingCount: Int
@@ -33,6 +39,8 @@ final class IndexSegment {
     let trackBits: Int
     let firstTrack: UInt32
     let lastTrack: UInt32
+    /// The encoding of the buckets.
+    let codec: IndexBucketCodec
     private let base: UnsafeMutableRawPointer
     private let size: Int
     /// The file, open for the buckets read with `pread` instead of the mapping (see ``lookup(ordered:limit:residentLimit:_:)``).
@@ -55,7 +63,7 @@ final class IndexSegment {
     /// A bijection on keys of `bits` bits (8…32) that spreads them over the buckets whatever their design:
     /// a multiplication by an odd constant modulo 2^bits, then an xor with the upper half shifted down.
     @inline(__always)
-    static func mix(_ key: UInt32, bits: Int) -> UInt32 {
+    package static func mix(_ key: UInt32, bits: Int) -> UInt32 {
         let mask = UInt32(truncatingIfNeeded: (UInt64(1) << UInt64(bits)) - 1)
         var m = (key &* 0x9E37_79B1) & mask
         m ^= m >> UInt32((bits + 1) / 2)
@@ -70,7 +78,7 @@ final class IndexSegment {
     }
 
     /// Buckets for a segment of `postings` postings: about 64 postings each, at most one bucket per key.
-    static func bucketBits(for postings: Int, keyBits: Int) -> Int {
+    package static func bucketBits(for postings: Int, keyBits: Int) -> Int {
         var b = 8
         while b < min(maximumBucketBits, keyBits), postings >> (b + 6) > 0 { b += 1 }
         return b
@@ -108,8 +116,8 @@ final class IndexSegment {
         let kBits = Int(u32(40))
         let directory = kBits >= 8 && kBits <= 32 && bits >= 8 && bits <= min(IndexSegment.maximumBucketBits, kBits)
             ? ((1 << bits) + 1) * 8 : 0
-        guard magicOK, directory > 0, tBits >= 1, tBits <= 32, firstTrack <= lastTrack, u32(44) == 0,
-              UInt64(lastTrack - firstTrack) < UInt64(1) << UInt64(tBits),
+        guard magicOK, directory > 0, u32(44) == 0,
+              let codec = IndexBucketCodec(keyBits: kBits, bucketBits: bits, trackBits: tBits, firstTrack: firstTrack, lastTrack: lastTrack),
               count < UInt64(1) << 40, data < UInt64(1) << 48,
               UInt64(IndexSegment.headerBytes + directory) + data + 8 == UInt64(size),
               Self.checksum(h, count: 48) == u64(48)
@@ -118,6 +126,7 @@ final class IndexSegment {
             close(fd)
             throw IndexSegment.error(path, "not a valid index segment")
         }
+        self.codec = codec
         keyBits = kBits
         bucketBits = bits
         trackBits = tBits
@@ -169,17 +178,6 @@ final class IndexSegment {
         return (dataStart + Int(lo), dataStart + Int(hi))
     }
 
-    /// Reads `width` (≤ 57) bits at bit `bit` of the mapping.
-    @inline(__always)
-    private func bits(at bit: Int, width: Int) -> UInt64 { IndexSegment.bits(UnsafeRawPointer(base), at: bit, width: width) }
-
-    /// Reads `width` (≤ 57) bits at bit `bit` of the bytes at `p` (file offsets: `p` is where byte 0 would be).
-    @inline(__always)
-    private static func bits(_ p: UnsafeRawPointer, at bit: Int, width: Int) -> UInt64 {
-        let word = UInt64(littleEndian: p.loadUnaligned(fromByteOffset: bit >> 3, as: UInt64.self))
-        return (word >> UInt64(bit & 7)) & ((1 << UInt64(width)) - 1)
-    }
-
     /// Bucket `b`'s posting count, posting width in bits, frame width and first posting's bit offset, checked.
     @inline(__always)
     func bucketInfo(_ b: Int) throws -> (count: Int, width: Int, fw: Int, firstBit: Int) {
@@ -187,24 +185,17 @@ final class IndexSegment {
         return try bucketLayout(UnsafeRawPointer(base), lo: lo, hi: hi)
     }
 
-    /// The layout of the bucket in bytes `lo..<hi` of the file, whose bytes are at `p` (as for ``bits(_:at:width:)``).
+    /// The layout of the bucket in bytes `lo..<hi` of the file, whose bytes are at `p` (file offsets: `p` is where
+    /// byte 0 would be).
     @inline(__always)
     private func bucketLayout(_ p: UnsafeRawPointer, lo: Int, hi: Int) throws -> (count: Int, width: Int, fw: Int, firstBit: Int) {
-        guard hi > lo else { return (0, 1, 1, 0) }
-        let fw = Int(p.load(fromByteOffset: lo, as: UInt8.self))
-        guard fw >= 1, fw <= 32 else { throw IndexSegment.error(path, "a bucket's frame width \(fw) is out of range") }
-        let width = keyBits - bucketBits + trackBits + fw
-        return ((hi - lo - 1) * 8 / width, width, fw, (lo + 1) * 8)
+        do { return try codec.layout(p, lo: lo, hi: hi) } catch let d as IndexBucketDamage { throw IndexSegment.error(path, d.description) }
     }
 
     /// The posting at bit `at` of bucket `bucket`, with its mixed key.
     @inline(__always)
     func posting(bucket: Int, at: Int, fw: Int) -> Posting {
-        let residualBits = keyBits - bucketBits
-        let m = UInt32(truncatingIfNeeded: bucket << residualBits) | UInt32(truncatingIfNeeded: bits(at: at, width: residualBits))
-        let track = firstTrack &+ UInt32(truncatingIfNeeded: bits(at: at + residualBits, width: trackBits))
-        let frame = UInt32(truncatingIfNeeded: bits(at: at + residualBits + trackBits, width: fw))
-        return Posting(key: m, track: track, frame: frame)
+        codec.posting(UnsafeRawPointer(base), bucket: bucket, at: at, fw: fw)
     }
 
     /// Calls `body(track, frame)` for every posting of `key`; none when the key has more than `limit`.
@@ -223,7 +214,7 @@ final class IndexSegment {
 
     /// `keys` (those within `bits` bits) as mixed key << 32 | index, sorted: bucket order for every segment of
     /// keys of `bits` bits, whatever its bucket bits, so one ordering serves all segments of an index.
-    static func order(_ keys: [UInt32], bits: Int) -> [UInt64] {
+    package static func order(_ keys: [UInt32], bits: Int) -> [UInt64] {
         var order: [UInt64] = []
         order.reserveCapacity(keys.count)
         for (i, key) in keys.enumerated() where UInt64(key) >> UInt64(bits) == 0 {
@@ -326,36 +317,10 @@ final class IndexSegment {
 
     /// The postings of mixed key `m` in the bucket in bytes `lo..<hi` of the file, whose bytes are at `p`.
     @inline(__always)
-    private func scan(_ p: UnsafeRawPointer, lo bucketStart: Int, hi bucketEnd: Int, mixed m: UInt32, limit: Int,
+    private func scan(_ p: UnsafeRawPointer, lo: Int, hi: Int, mixed m: UInt32, limit: Int,
                       _ body: (UInt32, UInt32) -> Void) throws {
-        let residualBits = keyBits - bucketBits
-        let b = try bucketLayout(p, lo: bucketStart, hi: bucketEnd)
-        @inline(__always) func bits(at bit: Int, width: Int) -> UInt64 { IndexSegment.bits(p, at: bit, width: width) }
-        let residual = UInt64(m) & ((1 << UInt64(residualBits)) - 1)
-        // First posting whose residual is not below the key's.
-        var lo = 0, hi = b.count
-        while lo < hi {
-            let mid = (lo + hi) >> 1
-            if bits(at: b.firstBit + mid * b.width, width: residualBits) < residual { lo = mid + 1 } else { hi = mid }
-        }
-        if limit < b.count - lo {
-            // Past the key's postings, the first residual above it.
-            var end = lo
-            var top = b.count
-            while end < top {
-                let mid = (end + top) >> 1
-                if bits(at: b.firstBit + mid * b.width, width: residualBits) <= residual { end = mid + 1 } else { top = mid }
-            }
-            if end - lo > limit { return }
-        }
-        var i = lo
-        while i < b.count {
-            let at = b.firstBit + i * b.width
-            guard bits(at: at, width: residualBits) == residual else { break }
-            let track = firstTrack &+ UInt32(truncatingIfNeeded: bits(at: at + residualBits, width: trackBits))
-            guard track <= lastTrack else { throw IndexSegment.error(path, "a posting names track \(track), outside the segment's range") }
-            body(track, UInt32(truncatingIfNeeded: bits(at: at + residualBits + trackBits, width: b.fw)))
-            i += 1
+        do { try codec.scan(p, lo: lo, hi: hi, mixed: m, limit: limit, body) } catch let d as IndexBucketDamage {
+            throw IndexSegment.error(path, d.description)
         }
     }
 
@@ -363,13 +328,10 @@ final class IndexSegment {
     func forEachMixed(_ body: (Posting) throws -> Void) throws {
         var seen = 0
         for bucket in 0..<(1 << bucketBits) {
-            let b = try bucketInfo(bucket)
-            for i in 0..<b.count {
-                let p = posting(bucket: bucket, at: b.firstBit + i * b.width, fw: b.fw)
-                guard p.track <= lastTrack else { throw IndexSegment.error(path, "a posting names track \(p.track), outside the segment's range") }
-                try body(p)
+            let (lo, hi) = try bucketRange(bucket)
+            do { seen += try codec.forEach(UnsafeRawPointer(base), lo: lo, hi: hi, bucket: bucket, body) } catch let d as IndexBucketDamage {
+                throw IndexSegment.error(path, d.description)
             }
-            seen += b.count
         }
         guard seen == postingCount else { throw IndexSegment.error(path, "holds \(seen) postings, its header says \(postingCount)") }
         residentBytes = size
@@ -385,11 +347,11 @@ final class IndexSegment {
 /// Writes an ``IndexSegment`` from postings given in mixed-key order (see ``IndexSegment/mix(_:bits:)``). The file appears under its name only when complete (written beside it, synced, renamed).
 struct IndexSegmentWriter {
     let path: String
-    let keyBits: Int
-    let bucketBits: Int
-    let trackBits: Int
-    let firstTrack: UInt32
-    let lastTrack: UInt32
+    let codec: IndexBucketCodec
+    var keyBits: Int { codec.keyBits }
+    var bucketBits: Int { codec.bucketBits }
+    var firstTrack: UInt32 { codec.firstTrack }
+    var lastTrack: UInt32 { codec.lastTrack }
     let postingCount: Int
     private let temporary: String
     private let handle: FileHandle
@@ -409,20 +371,14 @@ struct IndexSegmentWriter {
         }
         self.path = path
         self.postingCount = postingCount
-        self.keyBits = keyBits
-        bucketBits = IndexSegment.bucketBits(for: postingCount, keyBits: keyBits)
-        firstTrack = tracks.lowerBound
-        lastTrack = tracks.upperBound
-        var t = 1
-        while t < 32, UInt64(tracks.upperBound - tracks.lowerBound) >> UInt64(t) > 0 { t += 1 }
-        trackBits = t
+        codec = IndexBucketCodec(keyBits: keyBits, postingCount: postingCount, tracks: tracks)
         temporary = path + ".tmp-\(getpid())"
         guard FileManager.default.createFile(atPath: temporary, contents: nil),
               let h = FileHandle(forWritingAtPath: temporary) else {
             throw IndexSegment.error(path, "cannot create \(temporary)", code: .ioError)
         }
         handle = h
-        directory = [UInt64](repeating: 0, count: (1 << bucketBits) + 1)
+        directory = [UInt64](repeating: 0, count: (1 << codec.bucketBits) + 1)
         // Header and directory are written last; reserve their bytes.
         try handle.write(contentsOf: Data(count: IndexSegment.headerBytes + directory.count * 8))
     }
@@ -457,33 +413,7 @@ struct IndexSegmentWriter {
     /// Writes the pending bucket and records the start of every bucket up to `next`.
     private mutating func flushBucket(upTo next: Int) throws {
         if currentBucket >= 0, !bucket.isEmpty {
-            let residualBits = keyBits - bucketBits
-            var fw = 1
-            let maxFrame = bucket.map(\.frame).max() ?? 0
-            while fw < 32, UInt64(maxFrame) >> UInt64(fw) > 0 { fw += 1 }
-            let width = residualBits + trackBits + fw
-            let bytes = 1 + (bucket.count * width + 7) / 8
-            let start = buffer.count
-            buffer.append(contentsOf: repeatElement(0, count: bytes))
-            buffer[start] = UInt8(fw)
-            var bit = (start + 1) * 8
-            func put(_ value: UInt64, _ w: Int) {
-                var v = value, left = w
-                while left > 0 {
-                    let byte = bit >> 3, shift = bit & 7
-                    let take = min(8 - shift, left)
-                    buffer[byte] |= UInt8(truncatingIfNeeded: (v & ((1 << UInt64(take)) - 1)) << UInt64(shift))
-                    v >>= UInt64(take)
-                    bit += take
-                    left -= take
-                }
-            }
-            let residualMask = (UInt64(1) << UInt64(residualBits)) - 1
-            for p in bucket {
-                put(UInt64(p.key) & residualMask, residualBits)
-                put(UInt64(p.track - firstTrack), trackBits)
-                put(UInt64(p.frame), fw)
-            }
+            let bytes = codec.encode(bucket, into: &buffer)
             written += UInt64(bytes)
             bucket.removeAll(keepingCapacity: true)
             if buffer.count >= 1 << 20 {
@@ -509,7 +439,7 @@ struct IndexSegmentWriter {
         func put64(_ v: UInt64, _ at: Int) { withUnsafeBytes(of: v.littleEndian) { header.replaceSubrange(at..<at + 8, with: $0) } }
         header.replaceSubrange(0..<8, with: IndexSegment.magic)
         put32(UInt32(bucketBits), 8)
-        put32(UInt32(trackBits), 12)
+        put32(UInt32(codec.trackBits), 12)
         put64(UInt64(postingCount), 16)
         put64(written, 24)
         put32(firstTrack, 32)

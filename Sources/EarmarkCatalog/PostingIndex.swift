@@ -30,7 +30,7 @@ struct IndexManifest: Codable, Equatable {
 /// are merged into one (so a catalog built by many adds keeps few segments, and each posting is rewritten a
 /// logarithmic number of times); a lookup reads every segment. Writers hold an exclusive lock on the folder's
 /// `lock` file while they write; readers take no lock and pick up a new manifest before each lookup.
-final class PostingIndex {
+package final class PostingIndex {
     let folder: String
     let catalogID: String
     let keys: String
@@ -159,10 +159,8 @@ final class PostingIndex {
         guard !segments.isEmpty else { return }
         let filter = !removedBits.isEmpty
         let ordered = IndexSegment.order(keys, bits: keyBits)  // every segment has the index's key bits
-        let total = Double(max(1, segments.reduce(0) { $0 + $1.postingCount }))
-        let indexLimit = commonKeys.map { max(Double(PostingIndex.commonKeyFloor), $0 * total / Double(UInt64(1) << UInt64(keyBits))) }
-        for segment in segments {
-            let limit = indexLimit.map { max(1, Int(($0 * Double(segment.postingCount) / total).rounded(.up))) } ?? .max
+        let limits = PostingIndex.segmentLimits(commonKeys: commonKeys, postings: segments.map(\.postingCount), keyBits: keyBits)
+        for (segment, limit) in zip(segments, limits) {
             // Each segment gets the share of the budget that its size is of the index's.
             let share = residentBudget == .max ? .max
                 : Int(Double(residentBudget) * Double(segment.byteCount) / Double(max(1, byteCount)))
@@ -176,8 +174,34 @@ final class PostingIndex {
     /// Bytes of all segment files.
     var byteCount: Int { segments.reduce(0) { $0 + $1.byteCount } }
 
+    /// Calls `body(i, track, frame)` for every posting of each key `keys[i]` in `postings`, which are sorted by key
+    /// (pending postings held in memory), in their order.
+    package static func lookup(sorted postings: [Posting], keys: [UInt32], _ body: (Int, UInt32, UInt32) -> Void) {
+        guard !postings.isEmpty else { return }
+        for (i, key) in keys.enumerated() {
+            var lo = 0, hi = postings.count
+            while lo < hi {
+                let mid = (lo + hi) >> 1
+                if postings[mid].key < key { lo = mid + 1 } else { hi = mid }
+            }
+            while lo < postings.count, postings[lo].key == key {
+                body(i, postings[lo].track, postings[lo].frame)
+                lo += 1
+            }
+        }
+    }
+
     /// A key with at most this many postings in the index is never too common to look up.
-    static let commonKeyFloor = 64
+    package static let commonKeyFloor = 64
+
+    /// The most postings a key may have in each of an index's segments, which hold `postings` postings of keys of
+    /// `keyBits` bits, for lookups that skip keys with more than `commonKeys` times the index's mean postings per
+    /// key (and more than ``commonKeyFloor``): each segment's share of that limit. nil: no limit.
+    package static func segmentLimits(commonKeys: Double?, postings: [Int], keyBits: Int) -> [Int] {
+        let total = Double(max(1, postings.reduce(0, +)))
+        let indexLimit = commonKeys.map { max(Double(PostingIndex.commonKeyFloor), $0 * total / Double(UInt64(1) << UInt64(keyBits))) }
+        return postings.map { count in indexLimit.map { max(1, Int(($0 * Double(count) / total).rounded(.up))) } ?? .max }
+    }
 
     // MARK: Writing
 
@@ -357,12 +381,12 @@ final class PostingIndex {
     }
 
     /// Sorts by mixed key (the order segments store), stably: postings of one key keep their order.
-    static func sortByMixedKey(_ postings: inout [Posting], keyBits: Int) {
+    package static func sortByMixedKey(_ postings: inout [Posting], keyBits: Int) {
         radixSort(&postings) { IndexSegment.mix($0.key, bits: keyBits) }
     }
 
     /// A stable LSD radix sort on a 32-bit key, in two passes of 16 bits.
-    static func radixSort(_ postings: inout [Posting], by key: (Posting) -> UInt32) {
+    package static func radixSort(_ postings: inout [Posting], by key: (Posting) -> UInt32) {
         let n = postings.count
         guard n > 1 else { return }
         var other = [Posting](repeating: Posting(key: 0, track: 0, frame: 0), count: n)

@@ -6,11 +6,13 @@ import PostgresNIO
 /// A catalog kept in a PostgreSQL database (version 15 or later): the same tracks, peaks, landmarks and analyses as
 /// ``Catalog``'s SQLite file, with the same meaning, so every ``CatalogStore`` user answers alike on both.
 ///
-/// This is the **small-catalog layout**, the first step of issue 19: each track's landmarks are one `bytea` row (the
-/// varint encoding of ``Catalog``'s pending rows), written in the track's own transaction, and a lookup serves from an
-/// in-memory overlay of every track's postings sorted by hash, reloaded when the catalog changed (a change counter
-/// that every write transaction bumps), as ``Catalog`` serves its pending rows. Fine up to a few million postings
-/// (tens of hours of audio); the segment layout for large catalogs comes next.
+/// Each track's landmarks are one `bytea` row (the varint encoding of ``Catalog``'s pending rows), written in the
+/// track's own transaction. As in ``Catalog``, tracks not yet indexed are *pending*: a lookup serves them from an
+/// in-memory overlay sorted by hash, reloaded when the catalog changed (a change counter that every write transaction
+/// bumps). A writer moves pending postings into immutable index *segments* (``flushIndex()``): when it has added
+/// ``flushPostings`` of them, and when it closes with more than ``pendingPostings`` pending. A segment is rows of
+/// buckets (`index_buckets`), each in the bit-packed encoding of a bucket of ``Catalog``'s segment files, and a lookup
+/// fetches only the buckets of the hashes it asks, in one round trip; segments merge as a binary counter.
 ///
 /// The protocol is synchronous: an instance owns one connection (postgres-nio, on the shared NIO event loop group) and
 /// blocks the calling thread while it waits for the server; never call it from an event loop thread. Not thread-safe:
@@ -19,7 +21,7 @@ import PostgresNIO
 /// same moment waits for it and answers `.duplicate`.
 public final class PostgresCatalog: CatalogStore {
     /// The schema version this build writes (`catalog_info.schema_version`).
-    public static let schemaVersion = 1
+    public static let schemaVersion = 2
     /// The advisory lock key that serializes migrations ("ERMKCAT1").
     static let migrationLock: Int64 = 0x4552_4D4B_4341_5431
 
@@ -30,18 +32,22 @@ public final class PostgresCatalog: CatalogStore {
     public private(set) var configuration: SignatureConfiguration
     /// The parsed URL.
     public let target: PostgresURL
-    private let readOnly: Bool
+    let readOnly: Bool
     private let connection: PostgresConnection
     private let logger: Logger
-    /// Every track's postings sorted by key, as of change counter `version`.
-    private var overlay: (postings: [OverlayPosting], version: Int64)?
+    /// The segments, removed tracks and pending postings lookups use, as of a change counter.
+    var indexState: IndexState?
     private var countedTracks: (count: Int, version: Int64)?
-
-    struct OverlayPosting {
-        var key: UInt32
-        var frame: UInt32
-        var track: Int64
-    }
+    /// The schema version of the catalog on the server (older than ``schemaVersion`` when opened read-only).
+    var schema = 0
+    /// Postings this connection added and has not indexed.
+    var unflushed = 0
+    /// Pending postings that make a writer move them into an index segment (as ``Catalog/flushPostings``; also the
+    /// size of the batches ``flushIndex()`` works in). Default 16 million.
+    public var flushPostings = 16_000_000
+    /// Pending postings a writer leaves pending when it closes (``close()``): above this, they move into a segment
+    /// (as ``Catalog/inFilePostings``). Default 1 million (about 7 h of audio).
+    public var pendingPostings = 1_000_000
 
     /// Opens (or creates) the catalog in the database `url` names (`postgres://user@host:port/db`, see ``PostgresURL``).
     /// The database itself must exist; the catalog's tables are created in it when `create` is set.
@@ -73,7 +79,10 @@ public final class PostgresCatalog: CatalogStore {
     }
 
     // postgres-nio requires a connection to be closed before it is released.
-    deinit { disconnect() }
+    deinit {
+        try? close()
+        disconnect()
+    }
 
     /// Closes the connection to the server (waiting for it); the instance is unusable afterwards.
     public func disconnect() {
@@ -123,7 +132,7 @@ public final class PostgresCatalog: CatalogStore {
 
     /// Runs one statement and returns its rows (all of them, in memory).
     @discardableResult
-    private func run(_ sql: String, _ binds: PostgresBindings = PostgresBindings()) throws -> [PostgresRow] {
+    func run(_ sql: String, _ binds: PostgresBindings = PostgresBindings()) throws -> [PostgresRow] {
         guard !connection.isClosed else { throw closedError() }
         do {
             return try answer(connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)).rows
@@ -132,7 +141,7 @@ public final class PostgresCatalog: CatalogStore {
         }
     }
 
-    private func closedError() -> CatalogError {
+    func closedError() -> CatalogError {
         CatalogError(.ioError, "the connection to the PostgreSQL server at \(target.endpoint) is closed (server stopped or restarted?)", path: location)
     }
 
@@ -151,8 +160,8 @@ public final class PostgresCatalog: CatalogStore {
     }
 
     /// Runs `body` in one transaction; rolls it back when `body` throws.
-    private func transaction<T>(_ body: () throws -> T) throws -> T {
-        try run("BEGIN")
+    func transaction<T>(_ begin: String = "BEGIN", _ body: () throws -> T) throws -> T {
+        try run(begin)
         do {
             let result = try body()
             try run("COMMIT")
@@ -164,7 +173,7 @@ public final class PostgresCatalog: CatalogStore {
     }
 
     /// Decodes a row's columns; a row that cannot be what this build wrote is ``CatalogError/Code/damaged``.
-    private func decode<each C: PostgresDecodable>(_ row: PostgresRow, _ types: (repeat each C).Type, _ what: @autoclosure () -> String) throws -> (repeat each C) {
+    func decode<each C: PostgresDecodable>(_ row: PostgresRow, _ types: (repeat each C).Type, _ what: @autoclosure () -> String) throws -> (repeat each C) {
         do {
             return try row.decode(types)
         } catch {
@@ -173,7 +182,7 @@ public final class PostgresCatalog: CatalogStore {
     }
 
     /// ``decode(_:_:_:)`` of a single column.
-    private func decode<C: PostgresDecodable>(_ row: PostgresRow, _ type: C.Type, _ what: @autoclosure () -> String) throws -> C {
+    func decode<C: PostgresDecodable>(_ row: PostgresRow, _ type: C.Type, _ what: @autoclosure () -> String) throws -> C {
         do {
             return try row.decode(type)
         } catch {
@@ -186,7 +195,7 @@ public final class PostgresCatalog: CatalogStore {
         CatalogError(.damaged, "damaged catalog: \(what); run `earmark catalog check`", path: location)
     }
 
-    private func refuseIfReadOnly() throws {
+    func refuseIfReadOnly() throws {
         if readOnly { throw CatalogError(.readOnly, "catalog opened read-only", path: location) }
     }
 
@@ -233,7 +242,7 @@ public final class PostgresCatalog: CatalogStore {
         return CatalogError(.ioError, connecting ? "cannot connect to the PostgreSQL server at \(at): \(error)" : "PostgreSQL server at \(at): \(error)", path: location)
     }
 
-    private static func binds(_ values: (inout PostgresBindings) throws -> Void) rethrows -> PostgresBindings {
+    static func binds(_ values: (inout PostgresBindings) throws -> Void) rethrows -> PostgresBindings {
         var b = PostgresBindings()
         try values(&b)
         return b
@@ -269,6 +278,24 @@ public final class PostgresCatalog: CatalogStore {
               version integer NOT NULL, data json NOT NULL, PRIMARY KEY (track_id, kind))
             """,
         ]),
+        // The large-catalog layout: tracks already in the catalog stay pending until a writer indexes them.
+        (2, [
+            "ALTER TABLE track_landmarks ADD COLUMN indexed boolean NOT NULL DEFAULT false",
+            "CREATE INDEX track_landmarks_pending ON track_landmarks(track_id) WHERE NOT indexed",
+            """
+            CREATE TABLE index_segments(
+              id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+              key_bits integer NOT NULL, bucket_bits integer NOT NULL, track_bits integer NOT NULL,
+              first_track bigint NOT NULL, last_track bigint NOT NULL, postings bigint NOT NULL)
+            """,
+            """
+            CREATE TABLE index_buckets(
+              segment bigint NOT NULL REFERENCES index_segments(id) ON DELETE CASCADE, bucket integer NOT NULL,
+              data bytea NOT NULL, PRIMARY KEY (segment, bucket))
+            """,
+            // Tracks removed while their postings are in a segment: lookups skip them, merges drop them.
+            "CREATE TABLE index_removed(track_id bigint PRIMARY KEY)",
+        ]),
     ]
 
     private func hasInfoTable() throws -> Bool {
@@ -281,7 +308,7 @@ public final class PostgresCatalog: CatalogStore {
         return try rows.first.map { try decode($0, Bool.self, "the catalog's tables") } ?? false
     }
 
-    private func info() throws -> [String: String] {
+    func info() throws -> [String: String] {
         var out: [String: String] = [:]
         for row in try run("SELECT key, value FROM catalog_info") {
             let (k, v) = try decode(row, (String, String).self, "catalog_info")
@@ -300,6 +327,7 @@ public final class PostgresCatalog: CatalogStore {
         if !readOnly { try migrate() }
         let info = try self.info()
         try checkFormat(info)
+        schema = info["schema_version"].flatMap(Int.init) ?? 0
         let sigVersion = info["signature_version"].flatMap(Int.init) ?? -1
         if sigVersion != Int(configuration.version), configuration == .current,
            let released = UInt16(exactly: sigVersion).flatMap(SignatureConfiguration.released(version:)) {
@@ -354,12 +382,12 @@ public final class PostgresCatalog: CatalogStore {
         }
     }
 
-    private func bumpChanges() throws {
+    func bumpChanges() throws {
         try run("UPDATE catalog_state SET changes = changes + 1")
     }
 
     /// The change counter: differs whenever any connection committed a write since it was read.
-    private func changes() throws -> Int64 {
+    func changes() throws -> Int64 {
         guard let row = try run("SELECT changes FROM catalog_state").first else { throw damaged("catalog_state has no row") }
         return try decode(row, Int64.self, "catalog_state")
     }
@@ -479,6 +507,8 @@ public final class PostgresCatalog: CatalogStore {
         }
         switch outcome {
         case .added(let t):
+            unflushed += t.landmarkCount + 1
+            if unflushed >= flushPostings { try flushIndex(ifMoreThan: nil, wait: false) }
             return .added(t)
         case .duplicate:
             guard let existing = try track(contentHash: new.contentHash) else {
@@ -532,15 +562,25 @@ public final class PostgresCatalog: CatalogStore {
     }
 
     /// Removes tracks and everything stored with them (their landmarks, peaks and analyses) in one transaction.
+    /// Postings already in index segments are skipped by lookups from then on and dropped when their segment is next
+    /// merged (``compact()`` merges them all).
     public func remove(ids: [Int64]) throws {
         let doomed = Array(Set(ids)).sorted()
         guard !doomed.isEmpty else { return }
         try refuseIfReadOnly()
         try transaction {
+            // Not while a writer builds segments: it could index a track this removes.
+            if schema >= 2 { try run("SELECT pg_advisory_xact_lock($1)", PostgresCatalog.binds { $0.append(PostgresCatalog.indexLock) }) }
             let found = try run("SELECT id FROM tracks WHERE id = ANY($1) FOR UPDATE", PostgresCatalog.binds { $0.append(doomed) })
             let known = Set(try found.map { try decode($0, Int64.self, "a track id") })
             if let missing = doomed.first(where: { !known.contains($0) }) {
                 throw CatalogError(.noSuchTrack, "no track with id \(missing)", path: location)
+            }
+            if schema >= 2 {
+                try run("""
+                    INSERT INTO index_removed(track_id) SELECT track_id FROM track_landmarks WHERE track_id = ANY($1) AND indexed
+                    ON CONFLICT DO NOTHING
+                    """, PostgresCatalog.binds { $0.append(doomed) })
             }
             try run("DELETE FROM tracks WHERE id = ANY($1)", PostgresCatalog.binds { $0.append(doomed) })
             try bumpChanges()
@@ -563,8 +603,13 @@ public final class PostgresCatalog: CatalogStore {
         }
     }
 
-    /// Nothing is deferred in this layout: every add is complete when it returns.
-    public func close() throws {}
+    /// Ends a connection's writing: when more than ``pendingPostings`` landmarks are pending, they move into an index
+    /// segment (``flushIndex()``). Errors here lose nothing: the landmarks stay pending, and the next writer indexes them.
+    public func close() throws {
+        guard !readOnly, unflushed > 0 else { return }
+        unflushed = 0
+        try flushIndex(ifMoreThan: pendingPostings, wait: false)
+    }
 
     public func export(to destination: String) throws {
         try Catalog.create(copyOf: self, at: destination)
@@ -581,7 +626,7 @@ public final class PostgresCatalog: CatalogStore {
     // MARK: Peaks and landmarks
 
     /// The last frame a stored peak or posting of a track of `duration` s can have (a damaged duration is clamped).
-    private func lastStoredFrame(duration: Double) -> Int {
+    func lastStoredFrame(duration: Double) -> Int {
         configuration.lastFrame(duration: duration.isNaN ? 0 : min(max(0, duration), Signature.maximumDuration))
     }
 
@@ -598,7 +643,7 @@ public final class PostgresCatalog: CatalogStore {
 
     /// Decodes one landmarks row (track id, blob, duration), calling `body(hash, frame)`; ``CatalogError/Code/damaged`` when
     /// it cannot be what this build wrote.
-    private func decodeLandmarkRow(_ row: PostgresRow, _ body: (Int64, UInt32, UInt32) -> Void) throws -> Int64 {
+    func decodeLandmarkRow(_ row: PostgresRow, _ body: (Int64, UInt32, UInt32) -> Void) throws -> Int64 {
         let (id, data, duration) = try decode(row, (Int64, ByteBuffer, Double).self, "a landmarks row")
         let lastFrame = lastStoredFrame(duration: duration)
         let whole = data.withUnsafeReadableBytes { raw in
@@ -622,74 +667,13 @@ public final class PostgresCatalog: CatalogStore {
     /// Most postings a connection holds in memory for lookups (as ``Catalog``'s pending overlay).
     static let overlayLimit = 64_000_000
 
-    /// Every track's postings sorted by key, reloaded when the change counter moved. The counter is read before the
-    /// rows, so a write committed in between only makes the next lookup reload again.
-    private func currentOverlay() throws -> [OverlayPosting] {
-        let version = try changes()
-        if let o = overlay, o.version == version { return o.postings }
-        overlay = nil
-        var postings: [OverlayPosting] = []
-        let rows = try run("SELECT l.track_id, l.data, t.duration FROM track_landmarks l JOIN tracks t ON t.id = l.track_id ORDER BY l.track_id")
-        for row in rows {
-            _ = try decodeLandmarkRow(row) { id, hash, frame in postings.append(OverlayPosting(key: hash, frame: frame, track: id)) }
-            guard postings.count <= PostgresCatalog.overlayLimit else {
-                throw CatalogError(.invalidArgument, "more than \(PostgresCatalog.overlayLimit) postings: too large for this build's PostgreSQL layout (one row of landmarks per track, held in memory)", path: location)
-            }
-        }
-        // Stable: within a key, postings stay in track order.
-        postings = PostgresCatalog.sortedByKey(postings)
-        overlay = (postings, version)
-        return postings
-    }
-
-    /// A counting sort on the key (keys have at most 32 bits: two passes of 16), stable.
-    static func sortedByKey(_ input: [OverlayPosting]) -> [OverlayPosting] {
-        var a = input
-        var b = input
-        for shift in [UInt32(0), 16] {
-            var counts = [Int](repeating: 0, count: 1 << 16 + 1)
-            for p in a { counts[Int((p.key >> shift) & 0xFFFF) + 1] += 1 }
-            for i in 1..<counts.count { counts[i] += counts[i - 1] }
-            for p in a {
-                let d = Int((p.key >> shift) & 0xFFFF)
-                b[counts[d]] = p
-                counts[d] += 1
-            }
-            swap(&a, &b)
-        }
-        return a
-    }
-
-    /// Calls `body(i, trackID, frame)` for every posting of each hash `hashes[i]`. `commonHashes` is judged against all
-    /// the catalog's postings, as ``Catalog`` judges against its index segments: a hash with more than
-    /// max(64, `commonHashes` × postings / 2^hash bits) postings gives none.
-    public func lookup(hashes: [UInt32], commonHashes: Double?, _ body: (Int, Int64, UInt32) -> Void) throws {
-        guard !hashes.isEmpty else { return }
-        let postings = try currentOverlay()
-        guard !postings.isEmpty else { return }
-        let limit = commonHashes.map {
-            Int(max(64, $0 * Double(postings.count) / Double(UInt64(1) << UInt64(configuration.hashBits))).rounded(.up))
-        } ?? .max
-        for (i, h) in hashes.enumerated() {
-            var lo = 0, hi = postings.count
-            while lo < hi {
-                let mid = (lo + hi) >> 1
-                if postings[mid].key < h { lo = mid + 1 } else { hi = mid }
-            }
-            var end = lo
-            while end < postings.count, postings[end].key == h { end += 1 }
-            guard end - lo <= limit else { continue }
-            for j in lo..<end { body(i, postings[j].track, postings[j].frame) }
-        }
-    }
-
     // MARK: Totals and checks
 
     public func stats() throws -> CatalogStats {
         guard let row = try run("""
             SELECT count(*), coalesce(sum(duration), 0)::float8, coalesce(sum(landmark_count), 0)::int8,
                    (SELECT coalesce(sum(pg_total_relation_size(c)), 0)::int8 FROM unnest(ARRAY['catalog_info', 'catalog_state', 'tracks',
-                     'track_landmarks', 'track_peaks', 'track_analysis']::regclass[]) AS c)
+                     'track_landmarks', 'track_peaks', 'track_analysis'\(schema >= 2 ? ", 'index_segments', 'index_buckets', 'index_removed'" : "")]::regclass[]) AS c)
             FROM tracks
             """).first else { throw damaged("no totals") }
         let (count, duration, landmarks, bytes) = try decode(row, (Int64, Double, Int64, Int64).self, "the totals")
@@ -702,7 +686,9 @@ public final class PostgresCatalog: CatalogStore {
 
     /// Reads everything back and checks what the server sees as opaque bytes: every track's duration, peaks and
     /// landmarks decode within the track's duration and band, every track has both, each track's landmarks add up to
-    /// its recorded count, and its metadata is a JSON object. Returns the problems found (at most about 100).
+    /// its recorded count, and its metadata is a JSON object; every index segment's buckets decode, name tracks that
+    /// exist (or were removed) at frames within their duration, and add up to the segment's posting count, and each
+    /// indexed track's postings there to its landmark count. Returns the problems found (at most about 100).
     public func check() throws -> [String] {
         var out: [String] = []
         let limit = 100
@@ -747,6 +733,7 @@ public final class PostgresCatalog: CatalogStore {
             }
         }
         for id in lastFrames.keys.sorted() where !withLandmarks.contains(id) { problem("track \(id) has no landmarks row") }
+        if schema >= 2 { try checkIndex(lastFrames: lastFrames, counts: counts, problem) }
         return out
     }
 }

@@ -155,6 +155,13 @@ struct UntrustedInputCLITests {
             #expect(title(of: onServer) == stem && title(of: onFile) == stem)
             #expect(onServer["matchOffset"] as? Double == onFile["matchOffset"] as? Double && onServer["matchOffset"] != nil, "\(onServer) \(onFile)")
         }
+        // catalog migrate indexes the server's pending tracks; --compact leaves one segment, and clips still match.
+        let migrated = try EarmarkCLI.run(["catalog", "migrate", "--compact", "--json", "--catalog", server.url])
+        let report = try json(migrated) as? [String: Any]
+        #expect(migrated.status == 0 && report?["segments"] as? Int == 1 && report?["schemaVersion"] as? Int == 2, "\(migrated)")
+        #expect(report?["postingsInSegments"] as? Int == report?["postings"] as? Int, "\(migrated)")
+        let clip = try f.clip(CLIFixture.indexed[0], at: 20).path
+        #expect(title(of: try matches(try EarmarkCLI.run(["match", "--catalog", server.url, "--json", clip])).first ?? [:]) == CLIFixture.indexed[0])
         let dir = try TemporaryDirectory("cli-postgres")
         let back = try EarmarkCLI.run(["catalog", "copy", server.url, dir.path("back.earcat")])
         #expect(back.status == 0, "\(back)")
