@@ -75,6 +75,9 @@ public protocol CatalogStore: AnyObject {
     func analyses(trackID: Int64) throws -> [TrackAnalysis]
     /// Totals of the catalog.
     func stats() throws -> CatalogStats
+    /// How the hash index is laid out now: its segments, the postings in them, and the postings still pending
+    /// (a lookup reads every segment, so many segments after a bulk add are worth compacting).
+    func indexLayout() throws -> (segments: Int, postings: Int, pending: Int)
     /// Checks that everything stored can be what Earmark wrote; returns the problems found (empty when healthy).
     func check() throws -> [String]
     /// Writes a self-contained copy of the catalog to `destination` (which must not exist): one SQLite catalog file

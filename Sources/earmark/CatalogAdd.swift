@@ -242,7 +242,7 @@ struct CatalogAddCommand: AsyncParsableCommand {
                 }
                 print(summary)
                 // Every segment costs each looked-up key two more cache misses (docs/catalog.md).
-                if report.added > 0, let layout = try? (options.openReadOnly() as? Catalog)?.indexLayout(), layout.segments >= 4 {
+                if report.added > 0, let layout = try? options.openReadOnly().indexLayout(), layout.segments >= 4 {
                     writeStderr("earmark: note: the hash index is in \(layout.segments) segments; after a bulk add, "
                                 + "`earmark catalog migrate --compact` merges them into one, which queries read faster\n")
                 }
