@@ -17,7 +17,11 @@ public struct CatalogError: Error, CustomStringConvertible, Sendable, Equatable 
         case noSuchTrack
         /// Invalid argument (metadata that is not a JSON object, …).
         case invalidArgument
+        /// Reading or writing failed (a full disk, an I/O error, an error the database server reports).
         case ioError
+        /// The catalog's database server cannot be reached, or the connection to it was lost: try again later,
+        /// or another server (a replica).
+        case unavailable
     }
     public var code: Code
     public var message: String

@@ -142,7 +142,7 @@ public final class PostgresCatalog: CatalogStore {
     }
 
     func closedError() -> CatalogError {
-        CatalogError(.ioError, "the connection to the PostgreSQL server at \(target.endpoint) is closed (server stopped or restarted?)", path: location)
+        CatalogError(.unavailable, "the connection to the PostgreSQL server at \(target.endpoint) is closed (server stopped or restarted?)", path: location)
     }
 
     /// Waits for `future`. A query sent just as the server closed the connection can stay unanswered (seen with
@@ -225,21 +225,21 @@ public final class PostgresCatalog: CatalogStore {
             }
             let cause = e.underlying.map { ": \($0)" } ?? ""
             if connecting {
-                return CatalogError(.ioError, "cannot connect to the PostgreSQL server at \(at): \(e.code)\(cause)", path: location)
+                return CatalogError(.unavailable, "cannot connect to the PostgreSQL server at \(at): \(e.code)\(cause)", path: location)
             }
             if e.code == .connectionError || e.code == .uncleanShutdown || e.code == .sslUnsupported || e.code == .failedToAddSSLHandler {
-                return CatalogError(.ioError, connecting ? "cannot connect to the PostgreSQL server at \(at)\(cause)"
-                                        : "lost the connection to the PostgreSQL server at \(at)\(cause)", path: location)
+                return CatalogError(.unavailable, "lost the connection to the PostgreSQL server at \(at)\(cause)", path: location)
             }
             if e.code == .serverClosedConnection || e.code == .clientClosedConnection {
-                return CatalogError(.ioError, "the connection to the PostgreSQL server at \(at) is closed (server stopped or restarted?)\(cause)", path: location)
+                return CatalogError(.unavailable, "the connection to the PostgreSQL server at \(at) is closed (server stopped or restarted?)\(cause)", path: location)
             }
             return CatalogError(.ioError, "PostgreSQL server at \(at): \(e.code)\(cause)", path: location)
         }
         if error is PostgresDecodingError {
             return CatalogError(.damaged, "damaged catalog: a row from the PostgreSQL server at \(at) cannot be read (\(error)); run `earmark catalog check`", path: location)
         }
-        return CatalogError(.ioError, connecting ? "cannot connect to the PostgreSQL server at \(at): \(error)" : "PostgreSQL server at \(at): \(error)", path: location)
+        return CatalogError(connecting ? .unavailable : .ioError,
+                            connecting ? "cannot connect to the PostgreSQL server at \(at): \(error)" : "PostgreSQL server at \(at): \(error)", path: location)
     }
 
     static func binds(_ values: (inout PostgresBindings) throws -> Void) rethrows -> PostgresBindings {
@@ -318,6 +318,10 @@ public final class PostgresCatalog: CatalogStore {
     }
 
     private func openSchema(create: Bool) throws {
+        if !readOnly, let row = try run("SELECT pg_is_in_recovery()").first, try decode(row, Bool.self, "pg_is_in_recovery()") {
+            throw CatalogError(.readOnly, "the PostgreSQL server at \(target.endpoint) is a standby (in recovery): it can only be read; write to its primary, or promote it",
+                               path: location)
+        }
         let exists = try hasInfoTable()
         if !exists {
             guard create, !readOnly else {

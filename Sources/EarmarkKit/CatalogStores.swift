@@ -29,6 +29,11 @@ public enum CatalogStores {
                            configuration: configuration)
     }
 
+    /// `location` as it may be shown or logged: a server's URL without its password.
+    public static func shown(_ location: String) -> String {
+        PostgresURL.isPostgresURL(location) ? (try? PostgresURL(location).redacted) ?? "postgres://…" : location
+    }
+
     /// Whether `location` is a file path (an embedded SQLite catalog) rather than a server's URL.
     public static func isFile(_ location: String) -> Bool { Catalog.urlScheme(location) == nil }
 }

@@ -94,6 +94,7 @@ public struct APIError: Error, HTTPResponseError, Sendable, CustomStringConverti
             switch e.code {
             case .noSuchTrack: return APIError(.notFound, "no_such_track", e.message)
             case .locked: return unavailable("catalog_locked", e.message, retryAfter: 5)
+            case .unavailable: return unavailable("catalog_unavailable", e.message, retryAfter: 5)
             default: return APIError(.internalServerError, "catalog_error", e.description)
             }
         case let e as SoundModelError:

@@ -187,7 +187,7 @@ final class CatalogWriter: Sendable {
         case .versionMismatch: return APIError(.unprocessableContent, "catalog_version_mismatch", "the catalog file cannot be merged: \(message)")
         case .damaged, .invalidArgument, .notFound, .noSuchTrack:
             return APIError(.unprocessableContent, "damaged_catalog", "the uploaded catalog file cannot be read: \(message)")
-        case .locked, .readOnly, .ioError: return APIError.from(CatalogError(e.code, message))
+        case .locked, .readOnly, .ioError, .unavailable: return APIError.from(CatalogError(e.code, message))
         }
     }
 

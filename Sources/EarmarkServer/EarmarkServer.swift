@@ -52,7 +52,7 @@ public final class EarmarkServer: Sendable {
     /// once for writing, to check that it can be written) and the upload folder.
     /// - Throws: ``CatalogError`` when the catalog cannot be opened; nothing listens yet.
     public static func open(_ configuration: ServerConfiguration) async throws -> EarmarkServer {
-        let workers = try await CatalogWorkers.open(catalogPath: configuration.catalogPath, threads: configuration.workers,
+        let workers = try await CatalogWorkers.open(readPaths: configuration.readPaths, threads: configuration.workers,
                                                     lockTimeout: configuration.lockTimeout, soundModelPath: configuration.soundModelPath)
         var writer: CatalogWriter?
         do {

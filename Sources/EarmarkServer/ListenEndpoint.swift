@@ -89,7 +89,7 @@ final class ListenEndpoint: Sendable {
             let lockTimeout = self.lockTimeout
             session = try await Self.starting {
                 try await self.workers.run { _ in
-                    StreamingSession(catalog: try CatalogStores.open(self.workers.catalogPath, access: .read, busyTimeout: lockTimeout),
+                    StreamingSession(catalog: try CatalogStores.open(self.workers.nextReadPath(), access: .read, busyTimeout: lockTimeout),
                                      options: .default, clock: MonotonicClock())
                 }
             }

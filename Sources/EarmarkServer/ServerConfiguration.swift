@@ -4,6 +4,12 @@ import Foundation
 public struct ServerConfiguration: Sendable {
     /// The catalog file, opened read-only (never created).
     public var catalogPath: String
+    /// Catalogs to read from instead of ``catalogPath``: hot standbys of a PostgreSQL primary (`postgres://…`), or
+    /// any copies kept in step with it. Matches, browsing and listen streams use them in turn, one connection per
+    /// worker; writes still go to ``catalogPath``. Empty (the default): everything reads ``catalogPath``.
+    public var replicaPaths: [String] = []
+    /// Where reads go: ``replicaPaths``, or ``catalogPath`` when there are none.
+    public var readPaths: [String] { replicaPaths.isEmpty ? [catalogPath] : replicaPaths }
     /// Address to listen on. Default: loopback only.
     public var host = "127.0.0.1"
     /// TCP port; 0 takes a free one (``EarmarkServer/run(handlingSignals:onListening:)`` reports which).

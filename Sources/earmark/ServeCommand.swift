@@ -52,14 +52,22 @@ struct ServeCommand: AsyncParsableCommand {
         body or bad parameter, 401 no or wrong token, 403 writes disabled, 404 unknown id, 408 upload \
         stalled for --upload-timeout, 409 same audio as a stored track, 413 body over --max-body-mb, \
         415 not audio or not a catalog, 422 unreadable, too short or silent clip, damaged catalog \
-        or one of another signature algorithm); 503 with Retry-After when \
+        or one of another signature algorithm); 503 with Retry-After when the catalog's server \
+        cannot be reached, when \
         --max-concurrent matches are already running or waiting, or --max-streams WebSocket streams \
         are open; 504 when a match or an addition takes \
         longer than --match-timeout.
 
+        With --replica (a PostgreSQL catalog's hot standbys), reads go to the replicas in turn and \
+        writes to --catalog, the primary; a replica that lags is consistent (a track appears whole \
+        or not at all), so a track just added through the API may take a moment to be matched. A \
+        request whose catalog connection is lost (its server stopped or restarted) gets 503 \
+        catalog_unavailable with Retry-After; the next request on that worker connects again, to \
+        the next replica.
+
         On start it prints `listening on http://HOST:PORT` on standard error (with --json, one JSON \
-        object {url, host, port, catalog, workers, maxConcurrent, maxBodyBytes, writes} on standard \
-        output). It listens on loopback unless --host says otherwise; use a token file (and HTTPS in a \
+        object {url, host, port, catalog, replicas, workers, maxConcurrent, maxBodyBytes, writes} on \
+        standard output; locations without passwords). It listens on loopback unless --host says otherwise; use a token file (and HTTPS in a \
         reverse proxy) before exposing it beyond machines you trust.
 
         Exit codes: 0 stopped by a signal; 2 the catalog cannot be opened (for writing, with \
@@ -110,6 +118,11 @@ struct ServeCommand: AsyncParsableCommand {
         "Seconds an upload may pause between two pieces of its body before it gets 408.", valueName: "seconds"))
     var uploadTimeout: Double = 30
 
+    @Option(name: .customLong("replica"), help: ArgumentHelp(
+        "A catalog to read from instead of --catalog: a hot standby of the PostgreSQL primary that --catalog names (repeat for several). Matches, browsing and listen streams go to the replicas in turn; writes go to --catalog.",
+        valueName: "url"))
+    var replicas: [String] = []
+
     @Option(name: .customLong("match-timeout"), help: ArgumentHelp(
         "Seconds a match or an addition may take once its upload is received before it gets 504.", valueName: "seconds"))
     var matchTimeout: Double = 60
@@ -147,6 +160,7 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.maxBodyBytes = maxBodyMB * 1_048_576
         if let maxConcurrent { configuration.maxConcurrentMatches = maxConcurrent }
         configuration.maxConcurrentStreams = maxStreams
+        configuration.replicaPaths = replicas
         configuration.lockTimeout = options.lockTimeout
         configuration.soundModelPath = model
         configuration.speechModelPath = speechModelPath
@@ -165,12 +179,14 @@ struct ServeCommand: AsyncParsableCommand {
                 let c = server.configuration
                 let url = "http://\(host.contains(":") ? "[\(host)]" : host):\(port)"
                 if json {
-                    try? printJSON(Listening(url: url, host: host, port: port, catalog: c.catalogPath, workers: c.workers,
+                    try? printJSON(Listening(url: url, host: host, port: port, catalog: CatalogStores.shown(c.catalogPath),
+                                             replicas: c.replicaPaths.map(CatalogStores.shown), workers: c.workers,
                                              maxConcurrent: c.maxConcurrentMatches, maxBodyBytes: c.maxBodyBytes,
                                              writes: c.writeToken != nil))
                     fflush(nil)
                 } else {
-                    writeStderr("earmark serve: listening on \(url) (catalog \(c.catalogPath); \(c.workers) workers, "
+                    let reads = c.replicaPaths.isEmpty ? "" : ", read from \(c.replicaPaths.map(CatalogStores.shown).joined(separator: ", "))"
+                    writeStderr("earmark serve: listening on \(url) (catalog \(CatalogStores.shown(c.catalogPath))\(reads); \(c.workers) workers, "
                                 + "\(c.maxConcurrentMatches) matches at once); Ctrl-C or SIGTERM stops\n")
                 }
             }
@@ -182,7 +198,10 @@ struct ServeCommand: AsyncParsableCommand {
         var url: String
         var host: String
         var port: Int
+        /// The catalog's location (a server's URL without its password).
         var catalog: String
+        /// The replicas reads go to (--replica), likewise shown.
+        var replicas: [String]
         var workers: Int
         var maxConcurrent: Int
         var maxBodyBytes: Int

@@ -150,10 +150,10 @@ struct PostgresOpeningTests {
         #expect(noDatabase?.code == .notFound && noDatabase?.message.contains("nothere") == true, "\(String(describing: noDatabase))")
         server.halt()
         let lost = catalogError { _ = try catalog.tracks() }
-        #expect(lost?.code == .ioError)
+        #expect(lost?.code == .unavailable)
         #expect(lost?.message.contains("127.0.0.1:\(server.port)") == true, "\(String(describing: lost))")
         let refused = catalogError { _ = try PostgresCatalog(url: server.url) }
-        #expect(refused?.code == .ioError)
+        #expect(refused?.code == .unavailable)
         #expect(refused?.message.contains("cannot connect to the PostgreSQL server at 127.0.0.1:\(server.port)") == true, "\(String(describing: refused))")
     }
 }

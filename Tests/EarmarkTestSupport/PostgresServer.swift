@@ -39,7 +39,30 @@ public final class PostgresServer: @unchecked Sendable {
     private static let asRoot = geteuid() == 0
 
     /// Creates the cluster and starts the server, with `database` created in it.
-    public init(database: String = "earmark") throws {
+    public convenience init(database: String = "earmark") throws {
+        try self.init(database: database) { folder in
+            try PostgresServer.asServerUser("initdb", ["-D", folder + "/data", "-A", "trust", "-U", "postgres", "-E", "UTF8",
+                                                        "--locale=C", "--no-sync", "--no-instructions"])
+        }
+        do {
+            try sql("CREATE DATABASE \(database)", database: "postgres")
+        } catch {
+            stop()
+            throw error
+        }
+    }
+
+    /// A hot standby of `primary`: a base backup of it (`pg_basebackup -R`), started as a server of its own that
+    /// streams and replays the primary's changes. Its catalogs open read-only; ``promote()`` makes it a primary.
+    public convenience init(standbyOf primary: PostgresServer) throws {
+        try self.init(database: primary.database) { folder in
+            try PostgresServer.asServerUser("pg_basebackup", ["-D", folder + "/data", "-h", primary.folder, "-p", String(primary.port),
+                                                               "-U", "postgres", "-R", "-X", "stream", "-c", "fast", "--no-sync"])
+        }
+    }
+
+    /// Starts a server on a data folder that `prepare` makes in the new temporary folder it is given.
+    private init(database: String, prepare: (String) throws -> Void) throws {
         guard PostgresServer.isInstalled else {
             throw TestSupportError("PostgreSQL 15 is not installed (\(PostgresServer.binaries)/initdb is missing): run `bash tools/setup.sh` as root, which installs Debian's postgresql-15")
         }
@@ -57,8 +80,7 @@ public final class PostgresServer: @unchecked Sendable {
             chown(folder, pw.pointee.pw_uid, pw.pointee.pw_gid)
         }
         do {
-            try PostgresServer.asServerUser("initdb", ["-D", folder + "/data", "-A", "trust", "-U", "postgres", "-E", "UTF8",
-                                                        "--locale=C", "--no-sync", "--no-instructions"])
+            try prepare(folder)
             // A free port can be taken by another test between choosing and binding it: try a few.
             var started: (port: Int, process: Process)?
             var lastError = ""
@@ -78,15 +100,24 @@ public final class PostgresServer: @unchecked Sendable {
             throw error
         }
         PostgresServer.register(self)
-        do {
-            try sql("CREATE DATABASE \(database)", database: "postgres")
-        } catch {
-            stop()
-            throw error
-        }
     }
 
     deinit { stop() }
+
+    /// Ends a standby's recovery (`pg_ctl promote`, waiting for it): it then accepts writes.
+    public func promote() throws {
+        try PostgresServer.asServerUser("pg_ctl", ["-D", folder + "/data", "-w", "-t", "60", "promote"])
+    }
+
+    /// Waits (up to 60 s) until this standby has replayed everything `primary` had written when called.
+    public func waitForReplay(of primary: PostgresServer) throws {
+        let lsn = try primary.sql("SELECT pg_current_wal_lsn()")
+        for _ in 0..<600 {
+            if try sql("SELECT pg_last_wal_replay_lsn() >= '\(lsn)'::pg_lsn") == "t" { return }
+            usleep(100_000)
+        }
+        throw TestSupportError("the standby on port \(port) did not replay up to \(lsn) within 60 s; its log:\n\(log)")
+    }
 
     /// Runs SQL through `psql` against `database` (default: the server's database) and returns its unaligned output.
     @discardableResult
