@@ -171,13 +171,18 @@ struct CatalogAddCommand: AsyncParsableCommand {
             }
             if let landmarks {
                 let wanted: SignatureConfiguration = landmarks == .triplets ? .experimentalTriplets : .current
-                if FileManager.default.fileExists(atPath: options.catalogPath) {
-                    let existing = try options.openReadOnly().configuration
+                let existing: SignatureConfiguration?
+                do {
+                    existing = try options.openReadOnly().configuration
+                } catch let e as CatalogError where e.code == .notFound {
+                    existing = nil
+                }
+                if let existing {
                     guard existing.landmarkShape == wanted.landmarkShape else {
-                        throw CLIError("\(options.catalogPath) was created with \(existing.landmarkShape.rawValue) keys; --landmarks chooses the keys of a new catalog only")
+                        throw CLIError("\(CatalogStores.shown(options.catalogPath)) was created with \(existing.landmarkShape.rawValue) keys; --landmarks chooses the keys of a new catalog only")
                     }
                 } else {
-                    _ = try Catalog(path: options.catalogPath, create: true, busyTimeout: options.lockTimeout, configuration: wanted)
+                    _ = try CatalogStores.open(options.catalogPath, access: .create, busyTimeout: options.lockTimeout, configuration: wanted)
                 }
             }
             let ingestor = Ingestor(catalogPath: options.catalogPath,
