@@ -1,3 +1,4 @@
+import EarmarkKit
 import EarmarkTestSupport
 import Foundation
 import Testing
@@ -115,6 +116,33 @@ struct CLIMatchTests {
         #expect(other.status == 2)
         #expect(other.stderrText.contains("created with triplets keys"), "\(other)")
         #expect(try listTracks(catalog).map(\.title) == ["pingus-4"])
+    }
+
+    @Test("catalog add notes `migrate --compact` when it leaves the index in four segments or more, and not after compacting")
+    func compactionNote() async throws {
+        let f = try await CLIFixture.shared.value()
+        let dir = try TemporaryDirectory("cli-compact-note")
+        let path = dir.path("segments.earcat")
+        do {
+            // Segments merge while the older is at most twice the newer: flushes of shrinking size by 4 stay apart.
+            let catalog = try Catalog(path: path, create: true)
+            var rng = SystemRandomNumberGenerator()
+            for (k, count) in [16_000, 4_000, 1_000, 250].enumerated() {
+                let landmarks = (0..<count).map { _ in Landmark(hash: .random(in: 0..<(1 << 21), using: &rng), frame: .random(in: 0..<10_000, using: &rng)) }
+                _ = try catalog.add(NewTrack(title: "S\(k)", duration: 120, contentHash: "synthetic-\(k)"), landmarks: landmarks, peaks: [])
+                try catalog.flushIndex()
+            }
+            let layout = try catalog.indexLayout()
+            #expect(layout.segments == 4, "\(layout)")
+        }
+        let note = "`earmark catalog migrate --compact` merges them into one"
+        let add = try EarmarkCLI.run(["catalog", "add", "--catalog", path, try f.audio.reference("pingus-4").path])
+        #expect(add.status == 0 && add.stderrText.contains("the hash index is in 4 segments") && add.stderrText.contains(note), "\(add)")
+        let migrate = try EarmarkCLI.run(["catalog", "migrate", "--compact", "--catalog", path])
+        #expect(migrate.status == 0, "\(migrate)")
+        #expect(try Catalog(path: path, readOnly: true).indexLayout().segments == 1)
+        let again = try EarmarkCLI.run(["catalog", "add", "--catalog", path, try f.audio.reference("sorcerer").path])
+        #expect(again.status == 0 && !again.stderrText.contains(note), "\(again)")
     }
 
     @Test("match without --json prints the title")
