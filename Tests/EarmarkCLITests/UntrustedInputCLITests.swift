@@ -180,11 +180,18 @@ struct UntrustedInputCLITests {
         #expect(gone.status == 2 && gone.stderrText.contains("127.0.0.1:\(server.port)"), "\(gone)")
     }
 
-    @Test("a catalog add killed (SIGKILL) while it writes leaves a catalog that checks clean and keeps the tracks it committed; adding again completes it")
-    func killedWriter() async throws {
+    @Test("a catalog add killed (SIGKILL) while it writes leaves a catalog that checks clean and keeps the tracks it committed; adding again completes it",
+          arguments: ["file", "postgres"])
+    func killedWriter(store: String) async throws {
         let f = try await CLIFixture.shared.value()
         let dir = try TemporaryDirectory("cli-killed")
-        let catalog = dir.path("killed.earcat")
+        var server: PostgresServer?
+        if store == "postgres" {
+            guard PostgresServer.testsEnabled else { return }
+            server = try PostgresServer()
+        }
+        defer { server?.stop() }
+        let catalog = server?.url ?? dir.path("killed.earcat")
         // The last file is not audio libsndfile knows, so it goes to $EARMARK_FFMPEG: a script that never
         // answers, and ends once the writer is gone. The writer therefore cannot finish before it is killed,
         // however the machine's load schedules this test (a starved poll used to find the writer already done).
@@ -198,7 +205,7 @@ struct UntrustedInputCLITests {
                                           environment: ["EARMARK_FFMPEG": stall])
         // A blocking poll: no suspension point between the writer's start and its kill.
         let deadline = Date().addingTimeInterval(120)
-        while Date() < deadline, ((try? Catalog(path: catalog, readOnly: true).tracks().count) ?? 0) < 1 {
+        while Date() < deadline, ((try? CatalogStores.open(catalog, access: .read).trackCount()) ?? 0) < 1 {
             usleep(5_000)
         }
         writer.signal(SIGKILL)
