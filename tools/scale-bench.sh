@@ -25,6 +25,9 @@
 #   SEED=2 tools/scale-bench.sh                        # other synthetic tracks (other catalogs)
 #   MINUTES=0 tools/scale-bench.sh                     # every clip at every size, however long it takes
 #   tools/scale-bench.sh --cold-sample 20              # extra earmark-scale-bench flags (see earmark-scale-bench --help)
+#   tools/scale-bench.sh --postgres                    # each catalog's copy in a PostgreSQL 15 server instead of the file: a
+#                                                      # cluster kept in $EARMARK_PG_DIR (default /var/tmp/earmark-scale-postgres),
+#                                                      # started on a free port for the run and stopped after it
 #   tools/scale-bench.sh --reversed-share 0.25         # the large-catalog issue's generator: 3/4 of the synthetic stretches
 #                                                      # play forwards, bin-shifted, time-scaled copies of real audio
 #                                                      # (the default reverses all: no speed/pitch copies of real audio)
@@ -52,6 +55,20 @@ for product in earmark earmark-scale-bench; do
   swift build -c release --scratch-path .build/tools --product "$product" 2>&1 | grep -Ev '^\[[0-9]+/[0-9]+\]' || true
 done
 bin="$(swift build -c release --scratch-path .build/tools --show-bin-path)"
+if [[ " $* " == *" --postgres "* ]]; then
+  PGBIN=/usr/lib/postgresql/15/bin
+  PGDIR=${EARMARK_PG_DIR:-/var/tmp/earmark-scale-postgres}
+  as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+  mkdir -p "$PGDIR"
+  [ "$(id -u)" = 0 ] && chown postgres:postgres "$PGDIR"
+  [ -f "$PGDIR/data/PG_VERSION" ] || as_pg "$PGBIN/initdb" -D "$PGDIR/data" -A trust -U postgres -E UTF8 --locale=C >/dev/null
+  PGPORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  as_pg "$PGBIN/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/server.log" -w -t 300 \
+    -o "-p $PGPORT -k $PGDIR -c listen_addresses='' -c shared_buffers=1GB -c max_connections=50" start >/dev/null
+  trap 'as_pg "$PGBIN/pg_ctl" -D "$PGDIR/data" -m fast -w stop >/dev/null' EXIT
+  export PGHOST=$PGDIR PGPORT PGUSER=postgres
+  echo "PostgreSQL 15 in $PGDIR, socket $PGDIR/.s.PGSQL.$PGPORT"
+fi
 mkdir -p "$ROOT/scale/logs"
 log="$ROOT/scale/logs/scale-bench-$(date -u +%Y%m%dT%H%M%SZ).log"
 "$bin/earmark-scale-bench" --corpus "$ROOT/corpus/public" --queries "$QDIR" "${skew[@]}" --sizes "$SIZES" --seed "$SEED" \

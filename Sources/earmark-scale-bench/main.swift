@@ -32,6 +32,8 @@ struct Options {
     var reversedShare = 1.0
     /// Matcher options replaced in the matching process (`--match-option NAME=VALUE`), as ``MatchOptions/override(_:)`` takes them.
     var matchOptions: [String] = []
+    /// Measure each catalog's copy on a PostgreSQL server (the one `PGHOST`, `PGPORT` and `PGUSER` name) instead of the file.
+    var postgres = false
     /// Names catalogs of a generator other than the issue's (a quarter reversed) apart, in the cache.
     var variant: String {
         reversedShare == SyntheticTrackGenerator.reverseProbability ? "" : "-rev\(Int((reversedShare * 100).rounded()))"
@@ -42,7 +44,7 @@ func usage(_ status: Int32) -> Never {
     FileHandle.standardError.write(Data("""
     usage: earmark-scale-bench --corpus DIR/corpus/public --queries DIR/queries/NAME [--skew-queries DIR/queries/NAME]
                                [--sizes 100,1000,10000] [--seed N] [--cache DIR] [--earmark PATH] [--cold-sample N] [--minutes M] [--workers N]
-                               [--landmarks pairs|triplets] [--no-compact] [--reversed-share S] [--match-option NAME=VALUE]…
+                               [--landmarks pairs|triplets] [--no-compact] [--reversed-share S] [--match-option NAME=VALUE]… [--postgres]
       --sizes         catalog sizes in hours of audio, built (or taken from --cache) in increasing order
       --cache         where catalogs and clip signatures are kept (default ~/.cache/earmark-corpus/scale)
       --earmark       the CLI timed as a fresh process (default: earmark next to this executable)
@@ -56,6 +58,9 @@ func usage(_ status: Int32) -> Never {
                       what a speed, tempo or pitch change makes of a real track's audio, so a skewed clip has no
                       copies of itself to be matched to; 0.25 is the generator of the large-catalog issue, whose
                       forward stretches are such copies; catalogs of a share other than 0.25 are cached as -revNN)
+      --postgres      measure a copy of each catalog in a database of the PostgreSQL server that PGHOST, PGPORT and
+                      PGUSER name (database scale_…, made with `earmark catalog copy` and `catalog migrate --compact`
+                      once, kept while it holds as many tracks), instead of the file; its copy and compaction are timed
       --match-option  replaces one of the matching process's MatchOptions (the CLI runs keep the defaults), for
                       experiments: \(MatchOptions.overridable.joined(separator: ", "))
                       (e.g. candidates=32); repeatable. --explained-share X is --match-option explainedShare=X
@@ -90,6 +95,7 @@ func parseOptions(_ arguments: [String]) -> Options {
             default: usage(2)
             }
         case "--no-compact": o.compact = false
+        case "--postgres": o.postgres = true
         case "--reversed-share":
             guard let share = Double(args.next() ?? ""), (0...1).contains(share) else { usage(2) }
             o.reversedShare = share
@@ -693,7 +699,7 @@ func runChild(catalogPath: String, list: String, out: String, budget: Double, ma
     let items = readTSV(list).map { ($0["key"]!, $0["path"]!) }
     let sampler = AnonymousMemorySampler()
     let t0 = clock.now
-    let catalog = try Catalog(path: catalogPath, readOnly: true)
+    let catalog = try CatalogStores.open(catalogPath, access: .read)
     let matcher = Matcher(catalog: catalog)
     guard matchOptions.allSatisfy({ matcher.options.override($0) }) else { usage(2) }
     let openMs = seconds(clock.now - t0) * 1000
@@ -806,7 +812,7 @@ func isCorrect(_ want: String?, _ got: String?, _ overlaps: [String: Set<String>
 /// digital silence, nothing to identify (earmark-bench's rule). Keys of such clips.
 func silentReferenceClips(_ failed: [Clip], catalogPath: String) throws -> Set<String> {
     guard !failed.isEmpty else { return [] }
-    let catalog = try Catalog(path: catalogPath, readOnly: true)
+    let catalog = try CatalogStores.open(catalogPath, access: .read)
     let wanted = Set(failed.compactMap { $0.row["track_id"] })
     let idOf = Dictionary(try catalog.tracks().compactMap { t in t.title.flatMap { wanted.contains($0) ? ($0, t.id) : nil } },
                           uniquingKeysWith: { a, _ in a })
@@ -849,13 +855,20 @@ func origin(of r: ChildResult, for c: Clip, context: Context) -> (Origin, [Synth
     return (.elsewhere, heard)
 }
 
-func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], context: Context) throws -> SizeSummary {
+/// Measures the catalog `catalog` names, or its copy at `location` (a PostgreSQL URL) when given.
+func measure(_ catalog: ScaleCatalog, location: String? = nil, record: BuildRecord?, clips: [Clip], context: Context) throws -> SizeSummary {
     let o = context.options
-    let stats = try Catalog(path: catalog.path, readOnly: true).stats()
-    let bytes = catalogBytes(catalog.path)
+    let location = location ?? catalog.path
+    let onFile = CatalogStores.isFile(location)
+    let stats = try CatalogStores.open(location, access: .read).stats()
+    let bytes = onFile ? catalogBytes(location) : (file: stats.fileBytes, index: Int64(0))
     let total = bytes.file + bytes.index
     say("catalog: \(stats.trackCount) tracks (\(record.map { "\($0.realTracks) real + \($0.tracks - $0.realTracks) synthetic" } ?? "?")), \(fmt(stats.totalDuration / 3600, 2)) h, \(stats.landmarkCount) postings")
-    say("size: \(mb(total)) (file \(mb(bytes.file)), index folder \(mb(bytes.index))) = \(fmt(Double(total) / 1e6 / (stats.totalDuration / 3600), 3)) MB per hour of audio")
+    if onFile {
+        say("size: \(mb(total)) (file \(mb(bytes.file)), index folder \(mb(bytes.index))) = \(fmt(Double(total) / 1e6 / (stats.totalDuration / 3600), 3)) MB per hour of audio")
+    } else {
+        say("size: \(mb(total)) in the database \(CatalogStores.shown(location)) (its tables and indexes) = \(fmt(Double(total) / 1e6 / (stats.totalDuration / 3600), 3)) MB per hour of audio")
+    }
 
     // --- Warm matching in a child process ---------------------------------------------------------
     let tmp = NSTemporaryDirectory() + "earmark-scale-bench-\(getpid())-\(catalog.hours)"
@@ -866,11 +879,11 @@ func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], conte
     let warmBudget = o.minutes * 60 * 0.75
     // The first query's time then is a fresh process's with the catalog in the page cache (the last size's
     // eviction runs, or another job, may have dropped it); the evicted case is the CLI's below.
-    loadIntoPageCache(catalog.path)
-    let child = spawn([context.selfPath, "__match", catalog.path, tmp + ".tsv", tmp + ".json", "\(warmBudget)"]
+    if onFile { loadIntoPageCache(location) }
+    let child = spawn([context.selfPath, "__match", location, tmp + ".tsv", tmp + ".json", "\(warmBudget)"]
                           + o.matchOptions, quiet: false)
     guard child.status == 0, let data = FileManager.default.contents(atPath: tmp + ".json") else {
-        throw CatalogError(.ioError, "the matching process failed (exit \(child.status))", path: catalog.path)
+        throw CatalogError(.ioError, "the matching process failed (exit \(child.status))", path: location)
     }
     let report = try JSONDecoder().decode(ChildReport.self, from: data)
     var resultOf: [String: ChildResult] = [:]
@@ -888,7 +901,7 @@ func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], conte
     // --- Recall --------------------------------------------------------------------------------------
     let main = measured.filter { $0.querySet == "main" }
     let failedPositives = measured.filter { $0.isPositive && resultOf[$0.key]?.error != nil }
-    let silent = try silentReferenceClips(failedPositives, catalogPath: catalog.path)
+    let silent = try silentReferenceClips(failedPositives, catalogPath: location)
     func correct(_ c: Clip) -> Bool { isCorrect(c.row["track_id"], resultOf[c.key]?.top, context.overlaps) }
     func recallTable(_ positives: [Clip]) {
         let degs = Array(Set(positives.map { $0.row["degradation"]! })).sorted()
@@ -1004,7 +1017,7 @@ func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], conte
         let clock = ContinuousClock()
         let half = o.minutes * 60 * 0.25 / 2
         func run(_ c: Clip) -> Exit {
-            spawn([context.earmark, "match", c.signaturePath, "--catalog", catalog.path, "--json"], quiet: true)
+            spawn([context.earmark, "match", c.signaturePath, "--catalog", location, "--json"], quiet: true)
         }
         func runAll(before: () -> Void) -> [Exit] {
             let t0 = clock.now
@@ -1016,14 +1029,15 @@ func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], conte
             }
             return out
         }
-        loadIntoPageCache(catalog.path)
+        if onFile { loadIntoPageCache(location) }
         _ = run(sample[0])   // the CLI's own binary and libraries into the cache too
         let cached = runAll {}
         var leftResident: Int64 = 0
-        let evicted = runAll {
-            evictFromPageCache(catalog.path)
-            leftResident = max(leftResident, residentBytes(catalog.path))
-        }
+        // A server's files are its own to cache: only a file catalog is measured evicted.
+        let evicted = onFile ? runAll {
+            evictFromPageCache(location)
+            leftResident = max(leftResident, residentBytes(location))
+        } : []
         let broken = (cached + evicted).filter { $0.status > 1 }
         if !broken.isEmpty { say("cold runs: \(broken.count) CLI runs failed (exit \(broken[0].status))") }
         func describe(_ runs: [Exit]) -> String {
@@ -1037,8 +1051,10 @@ func measure(_ catalog: ScaleCatalog, record: BuildRecord?, clips: [Clip], conte
         say("")
         say("cold queries: `earmark match CLIP.earsig --catalog … --json` as a fresh process, \(pos.count) positive and \(neg.count) negative 10-s clips in turn")
         say("  catalog in the page cache, \(cached.count) runs: " + describe(cached))
-        say("  catalog evicted before each, \(evicted.count) runs: " + describe(evicted))
-        say("  (after each eviction at most \(mb(leftResident)) of the catalog's \(mb(total)) stayed in the page cache)")
+        if onFile {
+            say("  catalog evicted before each, \(evicted.count) runs: " + describe(evicted))
+            say("  (after each eviction at most \(mb(leftResident)) of the catalog's \(mb(total)) stayed in the page cache)")
+        }
     }
     return SizeSummary(hours: catalog.hours, tracks: stats.trackCount, audioHours: stats.totalDuration / 3600, bytes: total,
                        buildRealTime: record?.realTimeFactor ?? .nan, coverage: coverage, recall: (hits, positives.count), lookAlikes: alike,
@@ -1089,6 +1105,27 @@ func printSummary(_ rows: [SizeSummary]) {
                          ratio(r.peakRSSMB, base.peakRSSMB), ratio(r.match10CPU.median, base.match10CPU.median),
                          ratio(r.none10CPU.median, base.none10CPU.median)]))
     }
+}
+
+/// The URL of `target`'s copy in a database of its own on the server that PGHOST, PGPORT and PGUSER name: made with
+/// `earmark catalog copy` (one writer; verified) and `catalog migrate --compact` the first time, both timed; reused
+/// while it holds as many tracks as the file.
+func postgresCopy(of target: ScaleCatalog, earmark: String) throws -> String {
+    let stem = ((target.path as NSString).lastPathComponent as NSString).deletingPathExtension
+    let name = "scale_" + String(stem.lowercased().map { $0.isLetter || $0.isNumber ? $0 : "_" })
+    let url = "postgres:///\(name)"
+    let want = try Catalog(path: target.path, readOnly: true).stats()
+    if (try? CatalogStores.open(url, access: .read).trackCount()) == want.trackCount {
+        say("postgres: \(url) holds the copy already")
+        return url
+    }
+    _ = spawn(["/usr/lib/postgresql/15/bin/createdb", name], quiet: true)   // fails when it exists: then the copy resumes
+    let copy = spawn([earmark, "catalog", "copy", target.path, url], quiet: true)
+    guard copy.status == 0 else { throw CatalogError(.ioError, "earmark catalog copy failed (exit \(copy.status))", path: url) }
+    let compact = spawn([earmark, "catalog", "migrate", "--compact", "--catalog", url], quiet: true)
+    guard compact.status == 0 else { throw CatalogError(.ioError, "earmark catalog migrate --compact failed (exit \(compact.status))", path: url) }
+    say("postgres: copied into \(url) in \(fmt(copy.seconds, 1)) s (\(fmt(want.totalDuration / max(copy.seconds, 1e-9), 0))× real time, one writer, verified; peak RSS \(copy.peakRSSKB / 1024) MB), index compacted in \(fmt(compact.seconds, 1)) s")
+    return url
 }
 
 // MARK: - Main
@@ -1165,6 +1202,7 @@ for hours in o.sizes {
     } else if let took = record?.compactSeconds {
         say("compacted after its build in \(fmt(took, 1)) s")
     }
-    summaries.append(try measure(target, record: record, clips: clips, context: context))
+    let location = o.postgres ? try postgresCopy(of: target, earmark: earmark) : nil
+    summaries.append(try measure(target, location: location, record: record, clips: clips, context: context))
 }
 printSummary(summaries)
