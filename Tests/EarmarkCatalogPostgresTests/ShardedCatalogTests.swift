@@ -188,3 +188,51 @@ struct ShardedCatalogTests {
         #expect(Date().timeIntervalSince(started) < 60)
     }
 }
+
+/// A rough timing, run only when asked (EARMARK_SHARD_BENCH=tracks): the same synthetic tracks in a one-server
+/// catalog and in one sharded over two servers (all on this machine), one segment each; lookups of 1,000 random
+/// hashes (about a 10-s query) timed on each. The one-server figure stands in for the alternative of a matcher
+/// asking each shard itself (one shard's query, without the coordinator's hop).
+@Suite("sharded lookup timing (EARMARK_SHARD_BENCH)", .enabled(if: PostgresServer.testsEnabled && ProcessInfo.processInfo.environment["EARMARK_SHARD_BENCH"] != nil))
+struct ShardedTiming {
+    @Test("lookups: one server vs coordinator with two shards")
+    func timing() throws {
+        let count = Int(ProcessInfo.processInfo.environment["EARMARK_SHARD_BENCH"] ?? "") ?? 1000
+        let servers = try ShardedServers()
+        let single = try PostgresServer()
+        defer {
+            servers.stop()
+            single.stop()
+        }
+        let sharded = try servers.create()
+        let plain = try PostgresCatalog(url: single.url, create: true)
+        var ingest: [String: Double] = [:]
+        for (name, store) in [("one server", plain), ("2 shards", sharded)] {
+            let start = Date()
+            for k in 0..<count {
+                _ = try store.add(NewTrack(title: "T\(k)", duration: 200, contentHash: "bench-\(k)"),
+                                  landmarks: randomLandmarks(seed: UInt64(k), count: 3000), peaks: randomPeaks(seed: UInt64(k), count: 100))
+            }
+            try store.flushIndex()
+            try store.compact()
+            ingest[name] = Date().timeIntervalSince(start)
+        }
+        var rng = SplitMix(state: 42)
+        let queries = (0..<200).map { _ in (0..<1000).map { _ in UInt32.random(in: 0..<(1 << 21), using: &rng) } }
+        var report: [String] = []
+        for (name, url) in [("one server", single.url), ("2 shards", servers.coordinator.url)] {
+            let reader = try PostgresCatalog(url: url, readOnly: true)
+            try reader.lookup(hashes: queries[0]) { _, _, _ in }
+            var ms: [Double] = [], postings = 0
+            for q in queries {
+                let t = Date()
+                try reader.lookup(hashes: q) { _, _, _ in postings += 1 }
+                ms.append(Date().timeIntervalSince(t) * 1000)
+            }
+            ms.sort()
+            report.append(String(format: "%@: ingest+index %.1f s, lookup of 1000 hashes median %.2f ms, p90 %.2f ms, p99 %.2f ms (%d postings)",
+                                 name, ingest[name] ?? 0, ms[ms.count / 2], ms[ms.count * 9 / 10], ms[ms.count * 99 / 100], postings))
+        }
+        print("SHARD-BENCH \(count) tracks: " + report.joined(separator: "; "))
+    }
+}
