@@ -146,13 +146,15 @@ extension PostgresCatalog {
     }
 
     /// An error of a statement on a sharded catalog, naming the shard when the server names its foreign server, else
-    /// listing the shards (a shard that went away mid-statement is reported by its remote SQL only).
+    /// listing the shards (a shard that went away mid-statement is reported by its remote SQL only). `rawMessage`:
+    /// the server's SQLSTATE, message, detail and context, in that order.
     func shardError(_ e: CatalogError, rawMessage: String) -> CatalogError {
         guard !shards.isEmpty, e.code != .locked else { return e }
         if let s = shards.first(where: { rawMessage.contains("\"\($0.name)\"") }) {
             return CatalogError(.ioError, "shard \(s.name) at \(s.location) cannot be used: \(e.message)", path: location)
         }
-        let remote = ["remote", "could not connect", "connection", "08"].contains { rawMessage.contains($0) }
+        // SQLSTATE class 08 (connection exception), or postgres_fdw's context naming the remote statement.
+        let remote = rawMessage.hasPrefix("08") || ["remote SQL", "could not connect", "connection"].contains { rawMessage.contains($0) }
         guard remote else { return e }
         return CatalogError(.ioError, "\(e.message) (one of the shards: \(shards.map { "\($0.name) at \($0.location)" }.joined(separator: ", ")))",
                             path: location)
