@@ -40,6 +40,10 @@ public final class PostgresCatalog: CatalogStore {
     private var countedTracks: (count: Int, version: Int64)?
     /// The schema version of the catalog on the server (older than ``schemaVersion`` when opened read-only).
     var schema = 0
+    /// The shards of a sharded catalog (``create(url:shards:busyTimeout:configuration:)``); empty for a one-server catalog.
+    public private(set) var shards: [PostgresShard] = []
+    /// Shards to create the catalog over (only while a new sharded catalog is being created).
+    private var creatingShards: [PostgresURL] = []
     /// Postings this connection added and has not indexed.
     var unflushed = 0
     /// Pending postings that make a writer move them into an index segment (as ``Catalog/flushPostings``; also the
@@ -55,8 +59,13 @@ public final class PostgresCatalog: CatalogStore {
     ///   - create: create the catalog's tables when the database has none; otherwise such a database is ``CatalogError/Code/notFound``.
     ///   - readOnly: open without write access (the session's transactions are read-only).
     ///   - busyTimeout: seconds to wait for another connection's locks (PostgreSQL's `lock_timeout`) before ``CatalogError/Code/locked``.
-    public init(url: String, create: Bool = false, readOnly: Bool = false, busyTimeout: Double = 10,
-                configuration: SignatureConfiguration = .current) throws {
+    public convenience init(url: String, create: Bool = false, readOnly: Bool = false, busyTimeout: Double = 10,
+                            configuration: SignatureConfiguration = .current) throws {
+        try self.init(url: url, create: create, readOnly: readOnly, busyTimeout: busyTimeout, configuration: configuration, shards: [])
+    }
+
+    init(url: String, create: Bool, readOnly: Bool, busyTimeout: Double, configuration: SignatureConfiguration,
+         shards: [PostgresURL]) throws {
         let target = try PostgresURL(url)
         self.target = target
         self.location = target.redacted
@@ -66,12 +75,15 @@ public final class PostgresCatalog: CatalogStore {
         logger.logLevel = .critical
         self.logger = logger
         connection = try PostgresCatalog.connect(target, logger: logger, location: target.redacted)
+        creatingShards = shards
         do {
             let ms = max(1, Int((max(0, min(busyTimeout, 86_400)) * 1000).rounded()))
             try run("SET lock_timeout = \(ms)")
             try run("SET client_min_messages = warning")
             if readOnly { try run("SET default_transaction_read_only = on") }
             try openSchema(create: create)
+            creatingShards = []
+            self.shards = try loadShards()
         } catch {
             disconnect()
             throw error
@@ -90,7 +102,7 @@ public final class PostgresCatalog: CatalogStore {
         try? closing.wait()
     }
 
-    private static func connect(_ target: PostgresURL, logger: Logger, location: String) throws -> PostgresConnection {
+    static func connect(_ target: PostgresURL, logger: Logger, location: String) throws -> PostgresConnection {
         var config: PostgresConnection.Configuration
         switch target.host {
         case .socket(let folder):
@@ -137,7 +149,13 @@ public final class PostgresCatalog: CatalogStore {
         do {
             return try answer(connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)).rows
         } catch {
-            throw PostgresCatalog.describe(error, target: target, location: location, connecting: false)
+            let described = PostgresCatalog.describe(error, target: target, location: location, connecting: false)
+            guard !shards.isEmpty else { throw described }
+            var raw = String(reflecting: error)
+            if let e = error as? PSQLError, let info = e.serverInfo {
+                raw = [info[.sqlState], info[.message], info[.detail], info[.locationContext]].compactMap { $0 }.joined(separator: " ")
+            }
+            throw shardError(described, rawMessage: raw)
         }
     }
 
@@ -368,6 +386,9 @@ public final class PostgresCatalog: CatalogStore {
                 try checkFormat(info)
                 version = Int(info["schema_version"] ?? "") ?? 0
             }
+            if !creatingShards.isEmpty, version > 0 {
+                throw CatalogError(.invalidArgument, "database \(target.database) on \(target.endpoint) already holds a catalog; shard a new one (catalog copy moves tracks)", path: location)
+            }
             guard version < PostgresCatalog.schemaVersion else { return }
             for (target, statements) in PostgresCatalog.migrations where target > version {
                 for sql in statements { try run(sql) }
@@ -381,6 +402,10 @@ public final class PostgresCatalog: CatalogStore {
                     INSERT INTO catalog_info(key, value) VALUES ('schema_version', $1)
                     ON CONFLICT (key) DO UPDATE SET value = excluded.value
                     """, PostgresCatalog.binds { $0.append(String(target)) })
+            }
+            // A new sharded catalog: the bulky tables become partitioned over the shards (in this transaction).
+            if !creatingShards.isEmpty {
+                for sql in PostgresCatalog.shardingStatements(creatingShards) { try run(sql) }
             }
             try bumpChanges()
         }
@@ -481,6 +506,8 @@ public final class PostgresCatalog: CatalogStore {
         let kinds = byKind.values.sorted { $0.kind < $1.kind }
         enum Outcome { case added(Track), duplicate }
         let outcome: Outcome = try transaction {
+            // Sharded: an orphan cleanup waits until this add has committed on the coordinator too.
+            if !shards.isEmpty { try run("SELECT pg_advisory_xact_lock_shared($1)", PostgresCatalog.binds { $0.append(PostgresCatalog.addLock) }) }
             // A concurrent insert of the same content hash makes this one wait for it, then do nothing.
             let inserted = try run("""
                 INSERT INTO tracks(title, artist, album, metadata, duration, source_path, source_size, source_mtime,
@@ -580,7 +607,13 @@ public final class PostgresCatalog: CatalogStore {
             if let missing = doomed.first(where: { !known.contains($0) }) {
                 throw CatalogError(.noSuchTrack, "no track with id \(missing)", path: location)
             }
-            if schema >= 2 {
+            if !shards.isEmpty {
+                // No foreign keys across servers: the shard rows go explicitly (committed just before the tracks rows).
+                try run("INSERT INTO index_removed(track_id) SELECT id FROM tracks WHERE id = ANY($1) AND indexed ON CONFLICT DO NOTHING",
+                        PostgresCatalog.binds { $0.append(doomed) })
+                try run("DELETE FROM track_landmarks WHERE track_id = ANY($1)", PostgresCatalog.binds { $0.append(doomed) })
+                try run("DELETE FROM track_peaks WHERE track_id = ANY($1)", PostgresCatalog.binds { $0.append(doomed) })
+            } else if schema >= 2 {
                 try run("""
                     INSERT INTO index_removed(track_id) SELECT track_id FROM track_landmarks WHERE track_id = ANY($1) AND indexed
                     ON CONFLICT DO NOTHING
@@ -609,11 +642,14 @@ public final class PostgresCatalog: CatalogStore {
 
     /// Ends a connection's writing: when more than ``pendingPostings`` landmarks are pending, they move into an index
     /// segment (``flushIndex()``). Errors here lose nothing: the landmarks stay pending, and the next writer indexes them.
+    /// A writer of a sharded catalog then deletes what interrupted adds left on the shards (``removeOrphans()``).
     public func close() throws {
         guard !readOnly, unflushed > 0 else { return }
         unflushed = 0
         try flushIndex(ifMoreThan: pendingPostings, wait: false)
+        _ = try removeOrphans(buckets: false)
     }
+
 
     public func export(to destination: String) throws {
         try Catalog.create(copyOf: self, at: destination)

@@ -62,15 +62,23 @@ extension PostgresCatalog {
         var segments: [SegmentRow] = []
         var removed: [UInt64] = []
         var pendingSQL = "SELECT l.track_id, l.data, t.duration FROM track_landmarks l JOIN tracks t ON t.id = l.track_id"
+        var pendingBinds = PostgresBindings()
         if schema >= 2 {
             segments = try segmentRows()
             for row in try run("SELECT track_id FROM index_removed") {
                 if let id = UInt32(exactly: try decode(row, Int64.self, "a removed track")) { PostgresCatalog.insert(id, into: &removed) }
             }
-            pendingSQL += " WHERE NOT l.indexed"
+            if shards.isEmpty {
+                pendingSQL += " WHERE NOT l.indexed"
+            } else {
+                // The flag is on the coordinator; the shards are asked for the pending tracks' rows only.
+                let ids = try run("SELECT id FROM tracks WHERE NOT indexed").map { try decode($0, Int64.self, "a pending track") }
+                pendingSQL += " WHERE l.track_id = ANY($1)"
+                pendingBinds = PostgresCatalog.binds { $0.append(ids) }
+            }
         }
         var postings: [Posting] = []
-        for row in try run(pendingSQL + " ORDER BY l.track_id") {
+        for row in try run(pendingSQL + " ORDER BY l.track_id", pendingBinds) {
             let track = try decodeLandmarkRow(row) { id, hash, frame in postings.append(Posting(key: hash, track: UInt32(truncatingIfNeeded: id), frame: frame)) }
             guard UInt32(exactly: track) != nil else {
                 throw CatalogError(.invalidArgument, "track id \(track) is beyond what this build's index holds (32 bits)", path: location)
@@ -104,16 +112,32 @@ extension PostgresCatalog {
             guard let expecting else { return [:] }
             return try changes() == expecting ? [:] : nil
         }
-        let rows = try run("""
-            SELECT s.changes, q.segment, q.bucket, q.data FROM catalog_state s
-            LEFT JOIN (SELECT b.segment, b.bucket, b.data FROM unnest($1::int8[], $2::int4[]) AS u(segment, bucket)
-                       JOIN index_buckets b ON b.segment = u.segment AND b.bucket = u.bucket) q ON true
-            """, PostgresCatalog.binds { $0.append(segments); $0.append(buckets) })
+        let rows: [PostgresRow]
+        var wanted: Set<Int64>?
+        if shards.isEmpty {
+            rows = try run("""
+                SELECT s.changes, q.segment, q.bucket, q.data FROM catalog_state s
+                LEFT JOIN (SELECT b.segment, b.bucket, b.data FROM unnest($1::int8[], $2::int4[]) AS u(segment, bucket)
+                           JOIN index_buckets b ON b.segment = u.segment AND b.bucket = u.bucket) q ON true
+                """, PostgresCatalog.binds { $0.append(segments); $0.append(buckets) })
+        } else {
+            // Sharded: a join with unnest would fetch whole partitions; plain conditions on the columns are sent to
+            // every shard at once (async foreign scans under one Append), and the exact (segment, bucket) pairs are
+            // picked here. The counter comes in the same statement (the coordinator's snapshot).
+            let distinctSegments = Array(Set(segments)).sorted(), distinctBuckets = Array(Set(buckets)).sorted()
+            rows = try run("""
+                SELECT changes, NULL::int8, NULL::int4, NULL::bytea FROM catalog_state
+                UNION ALL
+                SELECT NULL, segment, bucket, data FROM index_buckets WHERE bucket = ANY($2::int4[]) AND segment = ANY($1::int8[])
+                """, PostgresCatalog.binds { $0.append(distinctSegments); $0.append(distinctBuckets) })
+            if distinctSegments.count > 1 { wanted = Set(zip(segments, buckets).map { $0.0 << 32 | Int64($0.1) }) }
+        }
         var out: [Int64: [Int: [UInt8]]] = [:]
         for row in rows {
-            let (version, segment, bucket, data) = try decode(row, (Int64, Int64?, Int32?, ByteBuffer?).self, "an index bucket")
-            if let expecting, version != expecting { return nil }
+            let (version, segment, bucket, data) = try decode(row, (Int64?, Int64?, Int32?, ByteBuffer?).self, "an index bucket")
+            if let expecting, let version, version != expecting { return nil }
             guard let segment, let bucket, let data else { continue }
+            if let wanted, !wanted.contains(segment << 32 | Int64(bucket)) { continue }
             out[segment, default: [:]][Int(bucket)] = Array(data.readableBytesView) + [UInt8](repeating: 0, count: 8)
         }
         return out
@@ -188,9 +212,12 @@ extension PostgresCatalog {
             let row = try run("SELECT coalesce(sum(landmark_count), 0)::int8 FROM tracks").first
             return (0, 0, Int(try row.map { try decode($0, Int64.self, "the landmark total") } ?? 0))
         }
+        let pendingSQL = shards.isEmpty
+            ? "SELECT coalesce(sum(t.landmark_count), 0)::int8 FROM track_landmarks l JOIN tracks t ON t.id = l.track_id WHERE NOT l.indexed"
+            : "SELECT coalesce(sum(landmark_count), 0)::int8 FROM tracks WHERE NOT indexed"
         guard let row = try run("""
             SELECT (SELECT count(*) FROM index_segments), (SELECT coalesce(sum(postings), 0)::int8 FROM index_segments),
-                   (SELECT coalesce(sum(t.landmark_count), 0)::int8 FROM track_landmarks l JOIN tracks t ON t.id = l.track_id WHERE NOT l.indexed)
+                   (\(pendingSQL))
             """).first else { throw damaged("no index totals") }
         let (segments, postings, pending) = try decode(row, (Int64, Int64, Int64).self, "the index totals")
         return (Int(segments), Int(postings), Int(pending))
@@ -220,10 +247,12 @@ extension PostgresCatalog {
                 let row = try run("SELECT pg_try_advisory_xact_lock($1)", PostgresCatalog.binds { $0.append(PostgresCatalog.indexLock) }).first
                 guard try row.map({ try decode($0, Bool.self, "the index lock") }) == true else { return false }
             }
-            let pending = try run("""
+            // Sharded: buckets that earlier writers left (merged away, or of a flush that did not commit) go first.
+            _ = try deleteDroppedBuckets()
+            let pending = try run(shards.isEmpty ? """
                 SELECT l.track_id, t.landmark_count FROM track_landmarks l JOIN tracks t ON t.id = l.track_id
                 WHERE NOT l.indexed ORDER BY l.track_id
-                """).map { try decode($0, (Int64, Int64).self, "a pending track") }
+                """ : "SELECT id, landmark_count FROM tracks WHERE NOT indexed ORDER BY id").map { try decode($0, (Int64, Int64).self, "a pending track") }
             let total = pending.reduce(0) { $0 + max(0, Int($1.1)) }
             guard !pending.isEmpty, total > (threshold ?? -1) else { return true }
             if let large = pending.first(where: { UInt32(exactly: $0.0) == nil }) {
@@ -255,7 +284,8 @@ extension PostgresCatalog {
                     for p in postings { try writer.append(Posting(key: IndexSegment.mix(p.key, bits: keyBits), track: p.track, frame: p.frame)) }
                     try writer.finish()
                 }
-                try run("UPDATE track_landmarks SET indexed = true WHERE track_id = ANY($1)", PostgresCatalog.binds { $0.append(ids) })
+                try run(shards.isEmpty ? "UPDATE track_landmarks SET indexed = true WHERE track_id = ANY($1)" : "UPDATE tracks SET indexed = true WHERE id = ANY($1)",
+                        PostgresCatalog.binds { $0.append(ids) })
                 try mergeSimilarSegments()
                 start = end
             }
@@ -276,7 +306,9 @@ extension PostgresCatalog {
         try flushIndex(ifMoreThan: pendingPostings, wait: true)
         try transaction {
             try run("SELECT pg_advisory_xact_lock($1)", PostgresCatalog.binds { $0.append(PostgresCatalog.indexLock) })
+            _ = try deleteDroppedBuckets()
             let segments = try segmentRows()
+
             let removed = try run("SELECT 1 FROM index_removed LIMIT 1")
             guard segments.count > 1 || (segments.count == 1 && !removed.isEmpty) else { return }
             try mergeSegments(segments, all: true)
@@ -384,7 +416,7 @@ extension PostgresCatalog {
             if bad > 0 { problem("index segment \(segment.id): \(bad) postings name a track that does not exist or a frame past its end") }
             if seen != segment.postings { problem("index segment \(segment.id) holds \(seen) postings, its description says \(segment.postings)") }
         }
-        for row in try run("SELECT track_id FROM track_landmarks WHERE indexed ORDER BY track_id") {
+        for row in try run(shards.isEmpty ? "SELECT track_id FROM track_landmarks WHERE indexed ORDER BY track_id" : "SELECT id FROM tracks WHERE indexed ORDER BY id") {
             guard let id = try? row.decode(Int64.self), let count = counts[id] else { continue }
             let n = perTrack[id] ?? 0
             if n != count { problem("track \(id): \(n) postings in the hash index, \(count) recorded") }

@@ -15,7 +15,7 @@ struct CatalogCommand: AsyncParsableCommand {
         subcommands: [
             CatalogAddCommand.self, CatalogListCommand.self, CatalogInfoCommand.self,
             CatalogRemoveCommand.self, CatalogUpdateCommand.self, CatalogStatsCommand.self,
-            CatalogExportCommand.self, CatalogImportCommand.self, CatalogMergeCommand.self, CatalogCopyCommand.self, CatalogCheckCommand.self, CatalogMigrateCommand.self,
+            CatalogExportCommand.self, CatalogImportCommand.self, CatalogMergeCommand.self, CatalogCopyCommand.self, CatalogCheckCommand.self, CatalogMigrateCommand.self, CatalogInitCommand.self,
         ]
     )
 }

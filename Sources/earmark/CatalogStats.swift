@@ -1,4 +1,5 @@
 import ArgumentParser
+import EarmarkCatalogPostgres
 import EarmarkKit
 import Foundation
 
@@ -9,7 +10,8 @@ struct CatalogStatsCommand: AsyncParsableCommand {
         discussion: """
         Tracks, hours of indexed audio, landmark postings, file size and size per hour of audio. \
         With --json: {path, schemaVersion, signatureVersion, trackCount, totalDuration (s), \
-        landmarkCount, fileBytes, bytesPerHour}.
+        landmarkCount, fileBytes, bytesPerHour}, and for a sharded PostgreSQL catalog shards: [{name, location}]. \
+        The size of a PostgreSQL catalog is its tables' on the server (a sharded one's: the coordinator's only).
         """
     )
 
@@ -18,9 +20,11 @@ struct CatalogStatsCommand: AsyncParsableCommand {
     mutating func run() async throws {
         let options = options
         try await reportingErrors {
-            let s = try options.openReadOnly().stats()
+            let store = try options.openReadOnly()
+            let s = try store.stats()
+            let shards = (store as? PostgresCatalog)?.shards ?? []
             if options.json {
-                try printJSON(s)
+                if shards.isEmpty { try printJSON(s) } else { try printJSON(ShardedStats(stats: s, shards: shards)) }
                 return
             }
             let mb = 1_048_576.0
@@ -33,6 +37,25 @@ struct CatalogStatsCommand: AsyncParsableCommand {
             let keys = UInt16(exactly: s.signatureVersion).flatMap(SignatureConfiguration.released(version:))
                 .map { $0.landmarkShape == .triplets ? " (triplet keys, experimental)" : " (pair keys)" } ?? ""
             print("versions:   schema \(s.schemaVersion), signature algorithm \(s.signatureVersion)\(keys)")
+            if !shards.isEmpty {
+                print("shards:     \(shards.count)")
+                for shard in shards { print("  \(shard.name): \(shard.location)") }
+            }
+
         }
     }
+}
+
+/// `catalog stats --json` of a sharded catalog: the stats' fields and the shards.
+struct ShardedStats: Encodable {
+    var stats: CatalogStats
+    var shards: [PostgresShard]
+
+    func encode(to encoder: any Encoder) throws {
+        try stats.encode(to: encoder)
+        var c = encoder.container(keyedBy: Key.self)
+        try c.encode(shards, forKey: .shards)
+    }
+
+    enum Key: String, CodingKey { case shards }
 }

@@ -180,6 +180,40 @@ struct UntrustedInputCLITests {
         #expect(gone.status == 2 && gone.stderrText.contains("127.0.0.1:\(server.port)"), "\(gone)")
     }
 
+    @Test("catalog init of a catalog sharded over two servers: copy into it, match, stats and check show the shards; a stopped shard is exit 2 naming it",
+          .enabled(if: PostgresServer.testsEnabled))
+    func shardedPostgresCatalog() async throws {
+        let f = try await CLIFixture.shared.value()
+        let coordinator = try PostgresServer()
+        let shards = [try PostgresServer(), try PostgresServer()]
+        defer {
+            coordinator.stop()
+            for s in shards { s.stop() }
+        }
+        let made = try EarmarkCLI.run(["catalog", "init", "--json", coordinator.url, "--shard", shards[0].url, "--shard", shards[1].url])
+        let report = try json(made) as? [String: Any]
+        #expect(made.status == 0 && report?["backend"] as? String == "postgres", "\(made)")
+        #expect((report?["shards"] as? [[String: Any]])?.compactMap { $0["location"] as? String } == shards.map { "127.0.0.1:\($0.port)/earmark" }, "\(made)")
+        let again = try EarmarkCLI.run(["catalog", "init", coordinator.url, "--shard", shards[0].url, "--shard", shards[1].url])
+        #expect(again.status == 2, "\(again)")
+        let copy = try EarmarkCLI.run(["catalog", "copy", f.catalog, coordinator.url])
+        #expect(copy.status == 0, "\(copy)")
+        #expect(try listTracks(coordinator.url).map(\.title) == CLIFixture.indexed)
+        let clip = try f.clip(CLIFixture.indexed[0], at: 20).path
+        #expect(title(of: try matches(try EarmarkCLI.run(["match", "--catalog", coordinator.url, "--json", clip])).first ?? [:]) == CLIFixture.indexed[0])
+        let stats = try EarmarkCLI.run(["catalog", "stats", "--json", "--catalog", coordinator.url])
+        #expect(((try json(stats) as? [String: Any])?["shards"] as? [Any])?.count == 2, "\(stats)")
+        let check = try EarmarkCLI.run(["catalog", "check", "--repair", "--catalog", coordinator.url])
+        #expect(check.status == 0, "\(check)")
+        let file = try TemporaryDirectory("cli-init")
+        let plain = try EarmarkCLI.run(["catalog", "init", file.path("new.earcat")])
+        #expect(plain.status == 0 && FileManager.default.fileExists(atPath: file.path("new.earcat")), "\(plain)")
+        #expect(try EarmarkCLI.run(["catalog", "init", file.path("x.earcat"), "--shard", shards[0].url, "--shard", shards[1].url]).status == 64)
+        shards[1].stop()
+        let gone = try EarmarkCLI.run(["match", "--catalog", coordinator.url, "--json", clip])
+        #expect(gone.status == 2 && gone.stderrText.contains("127.0.0.1:\(shards[1].port)"), "\(gone)")
+    }
+
     @Test("a catalog add killed (SIGKILL) while it writes leaves a catalog that checks clean and keeps the tracks it committed; adding again completes it",
           arguments: ["file", "postgres"])
     func killedWriter(store: String) async throws {
