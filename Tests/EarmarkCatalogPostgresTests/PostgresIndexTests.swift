@@ -27,6 +27,25 @@ func storeNeutral(_ result: MatchResult) -> MatchResult {
     return r
 }
 
+/// Checks that `pg` holds every posting of `sqlite`'s landmarks; then compacts both into one segment and checks the
+/// same layout and the same postings in the same order, common hashes skipped alike (so the same candidates).
+/// Returns the hashes looked up.
+@discardableResult
+func expectSameIndexCompacted(_ sqlite: Catalog, _ pg: PostgresCatalog) throws -> [UInt32] {
+    let all = try sqlite.landmarks(ofTracks: Set(try sqlite.tracks().map(\.id)))
+    let hashes = Array(Set(all.values.flatMap { $0.map(\.hash) })).sorted()
+    #expect(try postingMultiset(pg, hashes) == postingMultiset(sqlite, hashes))
+    try sqlite.flushIndex()
+    try pg.flushIndex()
+    try sqlite.compact()
+    try pg.compact()
+    #expect(try parts(pg.indexLayout()) == parts(sqlite.indexLayout()))
+    for common: Double? in [nil, 2] {
+        #expect(try postingSequence(pg, hashes, commonHashes: common) == postingSequence(sqlite, hashes, commonHashes: common))
+    }
+    return hashes
+}
+
 /// `count` synthetic tracks of 3,000 landmarks; hash 7 is in every track at 40 frames (common).
 func syntheticTracks(_ count: Int, seed: UInt64 = 100) -> [(NewTrack, [Landmark])] {
     (0..<count).map { k in
@@ -111,18 +130,7 @@ struct PostgresIndexTests {
         pg.flushPostings = 20_000
         _ = try pg.merge(from: sqlite)
         #expect(try pg.indexLayout().segments >= 1)
-        let all = try sqlite.landmarks(ofTracks: Set(try sqlite.tracks().map(\.id)))
-        let hashes = Array(Set(all.values.flatMap { $0.map(\.hash) })).sorted()
-        #expect(try postingMultiset(pg, hashes) == postingMultiset(sqlite, hashes))
-        // Both in one segment: the same common hashes skipped, so the same candidates.
-        try sqlite.flushIndex()
-        try pg.flushIndex()
-        try sqlite.compact()
-        try pg.compact()
-        #expect(try parts(pg.indexLayout()) == parts(sqlite.indexLayout()))
-        for common: Double? in [nil, 2] {
-            #expect(try postingSequence(pg, hashes, commonHashes: common) == postingSequence(sqlite, hashes, commonHashes: common))
-        }
+        try expectSameIndexCompacted(sqlite, pg)
         let reader = try PostgresCatalog(url: server.url, readOnly: true)
         var matched = 0
         for (k, (stem, offset)) in [("pingus-4", 40.0), ("goin_march", 20.0), ("sorcerer", 30.0), ("pingus-6", 12.5)].enumerated() {

@@ -55,17 +55,7 @@ struct ShardedCatalogTests {
         #expect(buckets.allSatisfy { $0 > 0 }, "\(buckets)")
         #expect(try servers.coordinator.sql("SELECT count(*) FROM ONLY track_landmarks") == "0")
         #expect(try servers.coordinator.sql("SELECT count(*) FROM tracks") == "\(trackCount)")
-        let all = try sqlite.landmarks(ofTracks: Set(try sqlite.tracks().map(\.id)))
-        let hashes = Array(Set(all.values.flatMap { $0.map(\.hash) })).sorted()
-        #expect(try postingMultiset(pg, hashes) == postingMultiset(sqlite, hashes))
-        try sqlite.flushIndex()
-        try pg.flushIndex()
-        try sqlite.compact()
-        try pg.compact()
-        #expect(try parts(pg.indexLayout()) == parts(sqlite.indexLayout()))
-        for common: Double? in [nil, 2] {
-            #expect(try postingSequence(pg, hashes, commonHashes: common) == postingSequence(sqlite, hashes, commonHashes: common))
-        }
+        let hashes = try expectSameIndexCompacted(sqlite, pg)
         // The merged-away segments' buckets go with the next index write; then every bucket row belongs to a segment.
         try pg.removeOrphans()
         #expect(try servers.counts("index_buckets").reduce(0, +) == Int(servers.coordinator.sql("SELECT count(*) FROM index_buckets")))
