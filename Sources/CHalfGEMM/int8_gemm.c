@@ -345,3 +345,254 @@ void earmark_quantise_half_rows(const uint16_t *src, long n, long k, int8_t *dst
         }
     }
 }
+
+// MARK: Many rows (the encoder): weights packed once, outputs in vector lanes
+
+// The kernel above sums each (input row, output) pair across the lanes of a register and reduces it at the end, which
+// suits a few rows against a large matrix; for the encoder's 1,500 rows the reductions and the weights' widening per
+// row block cost more than the products. Here a register holds 16 (AVX-512) or 8 (AVX2) outputs' sums for one input
+// row, the weights are widened to int16 once when packed, and each pair of inputs is broadcast as one int32. A lane
+// adds at most packed_chunk/2 pair products (each below 2 · 32767 · 127) before it is widened to int64, so every
+// sum is exact and equal to the kernel above's, and all three paths give the same bits.
+enum { packed_cols = 32, packed_chunk = 256, packed_tile = 48 };
+
+static long packed_pairs(long k) { return (k + 1) / 2; }
+
+long earmark_int8_pack_count(long n, long k) {
+    return n > 0 && k > 0 ? (n + packed_cols - 1) / packed_cols * packed_cols * packed_pairs(k) * 2 : 0;
+}
+
+void earmark_int8_pack(const int8_t *w, long ldw, long n, long k, int16_t *packed) {
+    long pairs = packed_pairs(k), panels = (n + packed_cols - 1) / packed_cols;
+    for (long c0 = 0; c0 < panels; c0++) {
+        int16_t *panel = packed + c0 * pairs * packed_cols * 2;
+        for (long t = 0; t < pairs; t++)
+            for (long c = 0; c < packed_cols; c++)
+                for (long e = 0; e < 2; e++) {
+                    long j = c0 * packed_cols + c, p = 2 * t + e;
+                    panel[(t * packed_cols + c) * 2 + e] = j < n && p < k ? w[j * ldw + p] : 0;
+                }
+    }
+}
+
+long earmark_int8_gemm_packed_scratch_count(long k) {
+    return k > 0 ? packed_tile * packed_pairs(k) * 2 + packed_tile * 2 : 0;
+}
+
+// Quantises up to packed_tile rows into q (each row padded with a zero to an even length) and their scales.
+static void quantise_tile(const float *a, long lda, long rows, long k, int16_t *q, float *rowScales) {
+    long kp = packed_pairs(k) * 2;
+    for (long r = 0; r < rows; r++) {
+        rowScales[r] = quantise_row(a + r * lda, k, q + r * kp);
+        if (kp > k) q[r * kp + k] = 0;
+    }
+}
+
+static void store_tile(long rows, long cols, long j0, const int64_t *sums, const float *rowScales, const float *scales,
+                       const float *bias, float *out, long ldo, int accumulate) {
+    for (long r = 0; r < rows; r++)
+        for (long c = 0; c < cols; c++)
+            store_result(out + r * ldo + j0 + c, j0 + c, sums[r * packed_cols + c], rowScales[r], scales, bias, accumulate);
+}
+
+typedef void (*packed_block_fn)(long mr, long pairs, const int16_t *q, long kp, const int16_t *panel, int64_t *sums);
+typedef void (*packed_store_fn)(long rows, long cols, long j0, const int64_t *sums, const float *rowScales,
+                                const float *scales, const float *bias, float *out, long ldo, int accumulate);
+
+static void packed_block_portable(long mr, long pairs, const int16_t *q, long kp, const int16_t *panel, int64_t *sums) {
+    for (long r = 0; r < mr; r++)
+        for (long c = 0; c < packed_cols; c++) {
+            int64_t s = 0;
+            for (long t = 0; t < pairs; t++)
+                s += (int32_t)q[r * kp + 2 * t] * panel[(t * packed_cols + c) * 2] +
+                     (int32_t)q[r * kp + 2 * t + 1] * panel[(t * packed_cols + c) * 2 + 1];
+            sums[r * packed_cols + c] = s;
+        }
+}
+
+static void int8_gemm_packed_driver(packed_block_fn block, packed_store_fn store, long blockRows, long rows, long n, long k, const float *a,
+                                    long lda, const int16_t *packed, const float *scales, const float *bias, float *out,
+                                    long ldo, int accumulate, int16_t *scratch) {
+    if (rows <= 0 || n <= 0) return;
+    long pairs = packed_pairs(k), kp = pairs * 2, panels = (n + packed_cols - 1) / packed_cols;
+    int16_t *q = scratch;
+    float rowScales[packed_tile];
+    int64_t sums[12 * packed_cols];
+    for (long r0 = 0; r0 < rows; r0 += packed_tile) {
+        long tile = rows - r0 < packed_tile ? rows - r0 : packed_tile;
+        quantise_tile(a + r0 * lda, lda, tile, k, q, rowScales);
+        for (long c0 = 0; c0 < panels; c0++) {
+            const int16_t *panel = packed + c0 * pairs * packed_cols * 2;
+            long cols = n - c0 * packed_cols < packed_cols ? n - c0 * packed_cols : packed_cols;
+            for (long b = 0; b < tile; b += blockRows) {
+                long mr = tile - b < blockRows ? tile - b : blockRows;
+                block(mr, pairs, q + b * kp, kp, panel, sums);
+                store(mr, cols, c0 * packed_cols, sums, rowScales + b, scales, bias, out + (r0 + b) * ldo, ldo, accumulate);
+            }
+        }
+    }
+}
+
+void earmark_int8_gemm_packed_portable(long rows, long n, long k, const float *a, long lda, const int16_t *packed,
+                                       const float *scales, const float *bias, float *out, long ldo, int accumulate,
+                                       int16_t *scratch) {
+    int8_gemm_packed_driver(packed_block_portable, store_tile, 12, rows, n, k, a, lda, packed, scales, bias, out, ldo, accumulate,
+                            scratch);
+}
+
+#ifdef EARMARK_X86
+// AVX2: the panel's 32 outputs in two halves of 16 (2 registers of 8 lanes), 6 rows at a time: 12 accumulators.
+EARMARK_INLINE EARMARK_AVX2 void packed_block_avx2_rows(const int MR, long pairs, const int16_t *q, long kp,
+                                                         const int16_t *panel, int64_t *sums) {
+    for (int half = 0; half < 2; half++) {
+        int64_t total[6][16];
+        for (int r = 0; r < MR; r++)
+            for (int c = 0; c < 16; c++) total[r][c] = 0;
+        for (long t0 = 0; t0 < pairs; t0 += packed_chunk / 2) {
+            long t1 = pairs - t0 < packed_chunk / 2 ? pairs : t0 + packed_chunk / 2;
+            __m256i acc[6][2];
+            for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+            for (long t = t0; t < t1; t++) {
+                const int16_t *wp = panel + t * packed_cols * 2 + half * 32;
+                __m256i w0 = _mm256_loadu_si256((const __m256i *)wp), w1 = _mm256_loadu_si256((const __m256i *)(wp + 16));
+                for (int r = 0; r < MR; r++) {
+                    int32_t pair;
+                    __builtin_memcpy(&pair, q + r * kp + 2 * t, sizeof pair);
+                    __m256i x = _mm256_set1_epi32(pair);
+                    acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(x, w0));
+                    acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(x, w1));
+                }
+            }
+            for (int r = 0; r < MR; r++) {
+                int32_t lanes[16];
+                _mm256_storeu_si256((__m256i *)lanes, acc[r][0]);
+                _mm256_storeu_si256((__m256i *)(lanes + 8), acc[r][1]);
+                for (int c = 0; c < 16; c++) total[r][c] += lanes[c];
+            }
+        }
+        for (int r = 0; r < MR; r++)
+            for (int c = 0; c < 16; c++) sums[r * packed_cols + half * 16 + c] = total[r][c];
+    }
+}
+
+static EARMARK_AVX2 void packed_block_avx2(long mr, long pairs, const int16_t *q, long kp, const int16_t *panel,
+                                           int64_t *sums) {
+    for (long r = 0; r < mr; r += 6) {
+        long m = mr - r < 6 ? mr - r : 6;
+        const int16_t *qr = q + r * kp;
+        int64_t *s = sums + r * packed_cols;
+        switch (m) {
+        case 6: packed_block_avx2_rows(6, pairs, qr, kp, panel, s); break;
+        case 5: packed_block_avx2_rows(5, pairs, qr, kp, panel, s); break;
+        case 4: packed_block_avx2_rows(4, pairs, qr, kp, panel, s); break;
+        case 3: packed_block_avx2_rows(3, pairs, qr, kp, panel, s); break;
+        case 2: packed_block_avx2_rows(2, pairs, qr, kp, panel, s); break;
+        default: packed_block_avx2_rows(1, pairs, qr, kp, panel, s); break;
+        }
+    }
+}
+
+// vpdpwssd in asm: clang otherwise splits most of them into vpmaddwd + vpaddd (twice the instructions), which pays only
+// when one accumulator chain is the bottleneck, not with 24 independent ones.
+EARMARK_INLINE EARMARK_AVX512 __m512i dpwssd(__m512i acc, __m512i x, __m512i w) {
+    __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(x), "v"(w));
+    return acc;
+}
+
+// AVX-512: the panel's 32 outputs in 2 registers of 16 lanes, 12 rows at a time: 24 accumulators.
+EARMARK_INLINE EARMARK_AVX512 void packed_block_avx512_rows(const int MR, long pairs, const int16_t *q, long kp,
+                                                             const int16_t *panel, int64_t *sums) {
+    __m512i total[12][4];
+    for (int r = 0; r < MR; r++) total[r][0] = total[r][1] = total[r][2] = total[r][3] = _mm512_setzero_si512();
+    for (long t0 = 0; t0 < pairs; t0 += packed_chunk / 2) {
+        long t1 = pairs - t0 < packed_chunk / 2 ? pairs : t0 + packed_chunk / 2;
+        __m512i acc[12][2];
+        for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+        for (long t = t0; t < t1; t++) {
+            const int16_t *wp = panel + t * packed_cols * 2;
+            __m512i w0 = _mm512_loadu_si512((const void *)wp), w1 = _mm512_loadu_si512((const void *)(wp + 32));
+            for (int r = 0; r < MR; r++) {
+                int32_t pair;
+                __builtin_memcpy(&pair, q + r * kp + 2 * t, sizeof pair);
+                __m512i x = _mm512_set1_epi32(pair);
+                acc[r][0] = dpwssd(acc[r][0], x, w0);
+                acc[r][1] = dpwssd(acc[r][1], x, w1);
+            }
+        }
+        for (int r = 0; r < MR; r++)
+            for (int h = 0; h < 2; h++) {
+                total[r][2 * h] = _mm512_add_epi64(total[r][2 * h], _mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc[r][h])));
+                total[r][2 * h + 1] =
+                    _mm512_add_epi64(total[r][2 * h + 1], _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc[r][h], 1)));
+            }
+    }
+    for (int r = 0; r < MR; r++)
+        for (int i = 0; i < 4; i++) _mm512_storeu_si512((void *)(sums + r * packed_cols + 8 * i), total[r][i]);
+}
+
+static EARMARK_AVX512 void packed_block_avx512(long mr, long pairs, const int16_t *q, long kp, const int16_t *panel,
+                                               int64_t *sums) {
+#define EARMARK_CASE(M) \
+    case M: packed_block_avx512_rows(M, pairs, q, kp, panel, sums); break;
+    switch (mr) {
+        EARMARK_CASE(12) EARMARK_CASE(11) EARMARK_CASE(10) EARMARK_CASE(9) EARMARK_CASE(8) EARMARK_CASE(7)
+        EARMARK_CASE(6) EARMARK_CASE(5) EARMARK_CASE(4) EARMARK_CASE(3) EARMARK_CASE(2) EARMARK_CASE(1)
+        default: __builtin_unreachable();
+    }
+#undef EARMARK_CASE
+}
+#endif
+
+#ifdef EARMARK_X86
+static int has_avx512_dq(void) { return __builtin_cpu_supports("avx512dq"); }
+
+// store_tile's operations, 8 outputs at a time in the same order (no fused multiply-add), so the same bits.
+static __attribute__((target("avx512f,avx512dq,avx512vl,avx2"))) void
+store_tile_avx512(long rows, long cols, long j0, const int64_t *sums, const float *rowScales, const float *scales,
+                  const float *bias, float *out, long ldo, int accumulate) {
+    for (long r = 0; r < rows; r++) {
+        __m256 rs = _mm256_set1_ps(rowScales[r]);
+        for (long c = 0; c < cols; c += 8) {
+            __mmask8 m = (__mmask8)(cols - c >= 8 ? 0xFF : (1u << (cols - c)) - 1);
+            float *o = out + r * ldo + j0 + c;
+            __m256 base = accumulate ? _mm256_maskz_loadu_ps(m, o) : _mm256_setzero_ps();
+            if (bias) base = _mm256_add_ps(base, _mm256_maskz_loadu_ps(m, bias + j0 + c));
+            __m256 scale = _mm256_mul_ps(rs, _mm256_maskz_loadu_ps(m, scales + j0 + c));
+            __m256 product = _mm256_mul_ps(_mm512_cvtepi64_ps(_mm512_loadu_si512((const void *)(sums + r * packed_cols + c))), scale);
+            _mm256_mask_storeu_ps(o, m, _mm256_add_ps(base, product));
+        }
+    }
+}
+#endif
+
+void earmark_int8_gemm_packed_avx2(long rows, long n, long k, const float *a, long lda, const int16_t *packed,
+                                   const float *scales, const float *bias, float *out, long ldo, int accumulate,
+                                   int16_t *scratch) {
+#ifdef EARMARK_X86
+    if (earmark_has_avx2_fma_f16c()) {
+        int8_gemm_packed_driver(packed_block_avx2, store_tile, 12, rows, n, k, a, lda, packed, scales, bias, out, ldo, accumulate,
+                                scratch);
+        return;
+    }
+#endif
+    earmark_int8_gemm_packed_portable(rows, n, k, a, lda, packed, scales, bias, out, ldo, accumulate, scratch);
+}
+
+void earmark_int8_gemm_packed_avx512(long rows, long n, long k, const float *a, long lda, const int16_t *packed,
+                                     const float *scales, const float *bias, float *out, long ldo, int accumulate,
+                                     int16_t *scratch) {
+#ifdef EARMARK_X86
+    if (has_avx512_vnni()) {
+        int8_gemm_packed_driver(packed_block_avx512, has_avx512_dq() ? store_tile_avx512 : store_tile, 12, rows, n, k, a, lda, packed, scales, bias, out, ldo, accumulate,
+                                scratch);
+        return;
+    }
+#endif
+    earmark_int8_gemm_packed_avx2(rows, n, k, a, lda, packed, scales, bias, out, ldo, accumulate, scratch);
+}
+
+void earmark_int8_gemm_packed(long rows, long n, long k, const float *a, long lda, const int16_t *packed,
+                              const float *scales, const float *bias, float *out, long ldo, int accumulate,
+                              int16_t *scratch) {
+    earmark_int8_gemm_packed_avx512(rows, n, k, a, lda, packed, scales, bias, out, ldo, accumulate, scratch);
+}

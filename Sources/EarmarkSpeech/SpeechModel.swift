@@ -42,6 +42,20 @@ public enum DecoderWeights: String, Sendable, CaseIterable {
     public static let standard: DecoderWeights = .int8
 }
 
+/// How the encoder's linear layers (attention projections and feed-forward, 6 × 4 matrices in Whisper base) are held:
+/// the convolution stem, the layer norms and the attention itself stay Float32 either way.
+public enum EncoderWeights: String, Sendable, CaseIterable {
+    /// Widened to Float32 when loading, multiplied by OpenBLAS (results equal CTranslate2's float32 ones up to the order
+    /// of the sums).
+    case float32
+    /// Quantised when loading to int8 with a scale per output row, as the decoder's int8 weights, and multiplied with
+    /// each input row quantised to int16 (`earmark_int8_gemm_packed`: exact integer sums, the same bits on every CPU).
+    case int8
+
+    /// What ``SpeechModel/init(path:decoderWeights:encoderWeights:)`` uses unless told otherwise.
+    public static let standard: EncoderWeights = .float32
+}
+
 /// Sizes of a Whisper network (header field `architecture`).
 public struct WhisperArchitecture: Codable, Sendable, Equatable {
     /// Mel bands per frame (80).
@@ -166,10 +180,13 @@ public struct SpeechModel: Sendable {
     public let tokenizer: WhisperTokenizer
     /// How the decoder's per-token weights are held (float16 as in the file, or int8 quantised when loading).
     public let decoderWeights: DecoderWeights
+    /// How the encoder's linear layers are held (Float32, or int8 quantised when loading).
+    public let encoderWeights: EncoderWeights
     let weights: WeightStorage
 
-    /// Reads and checks a model file; `decoderWeights` says how the decoder's per-token weights are kept.
-    public init(path: String, decoderWeights: DecoderWeights = .standard) throws {
+    /// Reads and checks a model file; `decoderWeights` says how the decoder's per-token weights are kept, `encoderWeights`
+    /// how the encoder's linear layers are.
+    public init(path: String, decoderWeights: DecoderWeights = .standard, encoderWeights: EncoderWeights = .standard) throws {
         guard FileManager.default.fileExists(atPath: path) else {
             throw SpeechModelError(.notFound, "no speech model at \(path) (run tools/fetch-speech-model.sh to fetch and convert Whisper base)")
         }
@@ -185,21 +202,23 @@ public struct SpeechModel: Sendable {
             throw SpeechModelError(.invalidFile, "cannot read the speech model \(path): \(String(cString: strerror(errno)))")
         }
         let size = Int(info.st_size)
-        guard size > 0 else { try self.init(data: Data(), name: path, decoderWeights: decoderWeights); return }
+        guard size > 0 else { try self.init(data: Data(), name: path, decoderWeights: decoderWeights, encoderWeights: encoderWeights); return }
         guard let mapped = mmap(nil, size, PROT_READ, MAP_PRIVATE, fd, 0), mapped != MAP_FAILED else {
             throw SpeechModelError(.invalidFile, "cannot map the speech model \(path): \(String(cString: strerror(errno)))")
         }
         let data = Data(bytesNoCopy: mapped, count: size, deallocator: .custom { pointer, count in munmap(pointer, count) })
-        try self.init(data: data, name: path, fileMapped: true, decoderWeights: decoderWeights)
+        try self.init(data: data, name: path, fileMapped: true, decoderWeights: decoderWeights, encoderWeights: encoderWeights)
     }
 
     /// Parses a model from its bytes; `name` is used in error messages.
-    public init(data: Data, name fileName: String = "model", decoderWeights: DecoderWeights = .standard) throws {
-        try self.init(data: data, name: fileName, fileMapped: false, decoderWeights: decoderWeights)
+    public init(data: Data, name fileName: String = "model", decoderWeights: DecoderWeights = .standard,
+                encoderWeights: EncoderWeights = .standard) throws {
+        try self.init(data: data, name: fileName, fileMapped: false, decoderWeights: decoderWeights, encoderWeights: encoderWeights)
     }
 
     /// `fileMapped`: `data` is a read-only private mapping of a file, whose pages may be released once read.
-    private init(data: Data, name fileName: String, fileMapped: Bool, decoderWeights: DecoderWeights) throws {
+    private init(data: Data, name fileName: String, fileMapped: Bool, decoderWeights: DecoderWeights,
+                 encoderWeights: EncoderWeights) throws {
         func bad(_ why: String) -> SpeechModelError {
             SpeechModelError(.invalidFile, "\(fileName) is not a usable speech model: \(why)")
         }
@@ -243,8 +262,13 @@ public struct SpeechModel: Sendable {
             guard total <= blob.count / 2 else { throw inconsistent("the file holds fewer weights than its architecture needs") }
             let quantise = decoderWeights == .int8
             let halfRows = expected.filter { half.contains($0.key) }.values.reduce(0) { $0 + $1[0] }
-            let weights = WeightStorage(count: total - halfTotal, halfCount: quantise ? 0 : halfTotal,
-                                        quantizedCount: quantise ? halfTotal : 0, scaleCount: quantise ? halfRows : 0)
+            let packedEncoder = encoderWeights == .int8 ? SpeechModel.encoderLinearTensors(header) : []
+            let packedShapes = expected.filter { packedEncoder.contains($0.key) }.values
+            let packedTotal = packedShapes.reduce(0) { $0 + $1.reduce(1, *) }
+            let weights = WeightStorage(count: total - halfTotal - packedTotal, halfCount: quantise ? 0 : halfTotal,
+                                        quantizedCount: quantise ? halfTotal : 0,
+                                        scaleCount: (quantise ? halfRows : 0) + packedShapes.reduce(0) { $0 + $1[0] },
+                                        packedCount: packedShapes.reduce(0) { $0 + earmark_int8_pack_count($1[0], $1[1]) })
             for (tensorName, shape) in expected.sorted(by: { $0.key < $1.key }) {
                 guard let entry = header.tensors[tensorName] else { throw inconsistent("no tensor \(tensorName)") }
                 guard entry.shape == shape else { throw inconsistent("\(tensorName) has shape \(entry.shape), the architecture needs \(shape)") }
@@ -269,6 +293,24 @@ public struct SpeechModel: Sendable {
                             earmark_quantise_half_rows(row.baseAddress, 1, cols, out + j * cols, scales + j)
                         }
                     }
+                } else if packedEncoder.contains(tensorName) {
+                    // Quantised row by row as the decoder's int8 weights, then packed for the many-row kernel.
+                    let rows = shape[0], cols = count / max(1, rows)
+                    let (packed, scales) = weights.addPacked(tensorName, count: earmark_int8_pack_count(rows, cols), rows: rows)
+                    let quantized = UnsafeMutablePointer<Int8>.allocate(capacity: max(1, count))
+                    defer { quantized.deallocate() }
+                    withUnsafeTemporaryAllocation(of: UInt16.self, capacity: max(1, cols)) { row in
+                        for j in 0..<rows {
+                            for i in 0..<cols {
+                                let bits = UInt16(littleEndian: base.loadUnaligned(fromByteOffset: 2 * (j * cols + i), as: UInt16.self))
+                                finite = finite && bits & 0x7C00 != 0x7C00
+                                row[i] = bits
+                            }
+                            guard finite else { return }
+                            earmark_quantise_half_rows(row.baseAddress, 1, cols, quantized + j * cols, scales + j)
+                        }
+                    }
+                    if finite { earmark_int8_pack(quantized, cols, rows, cols, packed) }
                 } else if half.contains(tensorName) {
                     // Kept as float16 bit patterns (read by the half-precision GEMM); finite means exponent bits not all set.
                     let out = weights.addHalf(tensorName, count: count)
@@ -322,6 +364,7 @@ public struct SpeechModel: Sendable {
         self.tokenizer = tokenizer
         self.weights = weights
         self.decoderWeights = decoderWeights
+        self.encoderWeights = encoderWeights
     }
 
     /// The sums of `blobChecksum`: over little-endian UInt64 words w, s1 = Σ w[i], s2 = Σ (i + 1)·w[i], both mod 2⁶⁴.
@@ -407,6 +450,28 @@ public struct SpeechModel: Sendable {
         }
     }
 
+    /// An encoder linear layer's weights as the encoder reads them (``encoderWeights``).
+    func encoderTensor(_ name: String) -> EncoderMatrix {
+        switch encoderWeights {
+        case .float32: return .float32(weights.pointer(name))
+        case .int8:
+            let (values, scales) = weights.packedPointer(name)
+            return .int8(values, scales: scales)
+        }
+    }
+
+    /// The encoder's linear layers' weights (attention projections and feed-forward), held as int8 with
+    /// ``EncoderWeights/int8``.
+    static func encoderLinearTensors(_ header: SpeechModelHeader) -> Set<String> {
+        var names: Set<String> = []
+        for i in 0..<header.architecture.audioLayers {
+            for linear in ["self_attention/linear_0", "self_attention/linear_1", "ffn/linear_0", "ffn/linear_1"] {
+                names.insert("encoder/layer_\(i)/" + linear + "/weight")
+            }
+        }
+        return names
+    }
+
     /// The weights kept as float16, as in the file: the token embedding (also the output projection) and every
     /// decoder layer's linear weights read at each token, except the cross-attention key/value projection (run once
     /// per window over 1,500 positions, by OpenBLAS). They are read once per decoder step, so their size in memory
@@ -435,6 +500,12 @@ enum DecoderMatrix {
     case int8(UnsafePointer<Int8>, scales: UnsafePointer<Float>)
 }
 
+/// An encoder weight matrix (rows = outputs): Float32, or int8 values packed by `earmark_int8_pack` with a scale per row.
+enum EncoderMatrix {
+    case float32(UnsafePointer<Float>)
+    case int8(UnsafePointer<Int16>, scales: UnsafePointer<Float>)
+}
+
 /// Every weight of a model in one Float32 allocation and one float16 or int8 allocation (the tensors the decoder
 /// reads at every token), written once while loading and only read after that; `@unchecked Sendable` is safe
 /// because nothing mutates it once ``SpeechModel`` holds it.
@@ -443,14 +514,18 @@ final class WeightStorage: @unchecked Sendable {
     private let halfBase: UnsafeMutablePointer<UInt16>
     private let quantizedBase: UnsafeMutablePointer<Int8>
     private let scaleBase: UnsafeMutablePointer<Float>
-    private let capacity: Int, halfCapacity: Int, quantizedCapacity: Int, scaleCapacity: Int
-    private var used = 0, halfUsed = 0, quantizedUsed = 0, scalesUsed = 0
+    private let packedBase: UnsafeMutablePointer<Int16>
+    private let capacity: Int, halfCapacity: Int, quantizedCapacity: Int, scaleCapacity: Int, packedCapacity: Int
+    private var used = 0, halfUsed = 0, quantizedUsed = 0, scalesUsed = 0, packedUsed = 0
+    private var packedOffsets: [String: (values: Int, scales: Int)] = [:]
     private var offsets: [String: Int] = [:]
     private var halfOffsets: [String: Int] = [:]
     private var quantizedOffsets: [String: (values: Int, scales: Int)] = [:]
 
-    init(count: Int, halfCount: Int, quantizedCount: Int = 0, scaleCount: Int = 0) {
+    init(count: Int, halfCount: Int, quantizedCount: Int = 0, scaleCount: Int = 0, packedCount: Int = 0) {
         capacity = count
+        packedCapacity = packedCount
+        packedBase = .allocate(capacity: max(1, packedCount))
         halfCapacity = halfCount
         quantizedCapacity = quantizedCount
         scaleCapacity = scaleCount
@@ -465,6 +540,21 @@ final class WeightStorage: @unchecked Sendable {
         halfBase.deallocate()
         quantizedBase.deallocate()
         scaleBase.deallocate()
+        packedBase.deallocate()
+    }
+
+    /// Reserves `count` packed int16 values and `rows` scales for `name` (loading only).
+    func addPacked(_ name: String, count: Int, rows: Int) -> (UnsafeMutablePointer<Int16>, UnsafeMutablePointer<Float>) {
+        precondition(packedUsed + count <= packedCapacity && scalesUsed + rows <= scaleCapacity)
+        packedOffsets[name] = (packedUsed, scalesUsed)
+        packedUsed += count
+        scalesUsed += rows
+        return (packedBase + (packedUsed - count), scaleBase + (scalesUsed - rows))
+    }
+
+    func packedPointer(_ name: String) -> (UnsafePointer<Int16>, UnsafePointer<Float>) {
+        let o = packedOffsets[name]!
+        return (UnsafePointer(packedBase + o.values), UnsafePointer(scaleBase + o.scales))
     }
 
     /// Reserves `rows × cols` int8 values and `rows` scales for `name` (loading only).
@@ -515,13 +605,14 @@ extension SpeechModel {
     }
 
     /// Loads `path`, or the first default candidate that exists; a missing default names every place it looked.
-    public static func load(path: String?, decoderWeights: DecoderWeights = .standard) throws -> SpeechModel {
-        if let path { return try SpeechModel(path: path, decoderWeights: decoderWeights) }
+    public static func load(path: String?, decoderWeights: DecoderWeights = .standard,
+                            encoderWeights: EncoderWeights = .standard) throws -> SpeechModel {
+        if let path { return try SpeechModel(path: path, decoderWeights: decoderWeights, encoderWeights: encoderWeights) }
         let places = defaultPathCandidates()
         guard let found = places.first(where: { FileManager.default.fileExists(atPath: $0) }) else {
             throw SpeechModelError(.notFound, "no speech model found (looked in \(places.joined(separator: ", "))); "
                                    + "run tools/fetch-speech-model.sh to fetch and convert Whisper base, or pass --model")
         }
-        return try SpeechModel(path: found, decoderWeights: decoderWeights)
+        return try SpeechModel(path: found, decoderWeights: decoderWeights, encoderWeights: encoderWeights)
     }
 }

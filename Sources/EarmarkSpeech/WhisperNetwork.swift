@@ -28,9 +28,15 @@ public final class WhisperNetwork {
         var gamma: UnsafePointer<Float>
         var beta: UnsafePointer<Float>
     }
+    /// An encoder linear layer, Float32 or int8 (``SpeechModel/encoderWeights``).
+    struct EncoderLinear {
+        var weight: EncoderMatrix
+        var bias: UnsafePointer<Float>
+        var rows: Int, cols: Int
+    }
     struct EncoderLayer {
-        var attentionNorm: Norm, qkv: Linear, output: Linear
-        var ffnNorm: Norm, ffn0: Linear, ffn1: Linear
+        var attentionNorm: Norm, qkv: EncoderLinear, output: EncoderLinear
+        var ffnNorm: Norm, ffn0: EncoderLinear, ffn1: EncoderLinear
     }
     struct DecoderLayer {
         var selfNorm: Norm, qkv: HalfLinear, selfOutput: HalfLinear
@@ -58,6 +64,9 @@ public final class WhisperNetwork {
     private let wide: UnsafeMutablePointer<Float>
     private let scores: UnsafeMutablePointer<Float>
     private let encoded: UnsafeMutablePointer<Float>
+    /// The packed int8 GEMM's quantised input rows (`earmark_int8_gemm_packed_scratch_count(4 · d)`; one value with
+    /// Float32 encoder weights).
+    private let encoderRows: UnsafeMutablePointer<Int16>
     /// The encoder's output for the last window, `encodedPositions × audioState` (valid until the next ``encode(window:frames:)``).
     public var encoderOutput: UnsafeBufferPointer<Float> { UnsafeBufferPointer(start: encoded, count: encodedPositions * d) }
     /// Encoder positions of the last window (`audioContext`, 1500, for a whole window; half the frames encoded).
@@ -122,6 +131,9 @@ public final class WhisperNetwork {
         func half(_ p: String, _ rows: Int, _ cols: Int) -> HalfLinear {
             HalfLinear(weight: model.decoderTensor(p + "/weight"), bias: model.tensor(p + "/bias"), rows: rows, cols: cols)
         }
+        func encoderLinear(_ p: String, _ rows: Int, _ cols: Int) -> EncoderLinear {
+            EncoderLinear(weight: model.encoderTensor(p + "/weight"), bias: model.tensor(p + "/bias"), rows: rows, cols: cols)
+        }
         func norm(_ p: String) -> Norm { Norm(gamma: model.tensor(p + "/layer_norm/gamma"), beta: model.tensor(p + "/layer_norm/beta")) }
         let d = a.audioState
         conv1 = linear("encoder/conv1", d, mels * 3)
@@ -130,9 +142,9 @@ public final class WhisperNetwork {
         encoderNorm = norm("encoder")
         encoderLayers = (0..<a.audioLayers).map { i in
             let p = "encoder/layer_\(i)"
-            return EncoderLayer(attentionNorm: norm(p + "/self_attention"), qkv: linear(p + "/self_attention/linear_0", 3 * d, d),
-                                output: linear(p + "/self_attention/linear_1", d, d),
-                                ffnNorm: norm(p + "/ffn"), ffn0: linear(p + "/ffn/linear_0", 4 * d, d), ffn1: linear(p + "/ffn/linear_1", d, 4 * d))
+            return EncoderLayer(attentionNorm: norm(p + "/self_attention"), qkv: encoderLinear(p + "/self_attention/linear_0", 3 * d, d),
+                                output: encoderLinear(p + "/self_attention/linear_1", d, d), ffnNorm: norm(p + "/ffn"),
+                                ffn0: encoderLinear(p + "/ffn/linear_0", 4 * d, d), ffn1: encoderLinear(p + "/ffn/linear_1", d, 4 * d))
         }
         embeddings = model.decoderTensor("decoder/embeddings/weight")
         decoderPositions = model.tensor("decoder/position_encodings/encodings")
@@ -184,6 +196,7 @@ public final class WhisperNetwork {
         (selfKeys, selfValues, tx, th, tqkv, ta, tf, logitsBuffer) = WhisperNetwork.rowBuffers(
             slots: 1, layers: a.textLayers, textContext: a.textContext, d: d, vocabulary: a.vocabularySize)
         quantizedRows = WhisperNetwork.quantizedScratch(model: model, rows: max(1, WhisperNetwork.prefillRows), d: d)
+        encoderRows = .allocate(capacity: model.encoderWeights == .int8 ? max(1, earmark_int8_gemm_packed_scratch_count(4 * d)) : 1)
         openblas_set_num_threads(1)
     }
 
@@ -191,6 +204,7 @@ public final class WhisperNetwork {
         for p in allocations { p.deallocate() }
         for p in [selfKeys, selfValues, tx, th, tqkv, ta, tf, logitsBuffer] { p.deallocate() }
         quantizedRows.deallocate()
+        encoderRows.deallocate()
     }
 
     private static func quantizedScratch(model: SpeechModel, rows: Int, d: Int) -> UnsafeMutablePointer<Int16> {
@@ -268,7 +282,7 @@ public final class WhisperNetwork {
         let T = context, hs = headSize, scale = 1 / Float(hs).squareRoot()
         for layer in encoderLayers {
             WhisperNetwork.layerNorm(x, rows: T, width: d, layer.attentionNorm, into: h)
-            WhisperNetwork.affine(h, rows: T, layer.qkv, into: qkv, accumulate: false)
+            encoderAffine(h, rows: T, layer.qkv, into: qkv, accumulate: false)
             for head in 0..<heads {
                 let q = qkv + head * hs, k = qkv + d + head * hs, v = qkv + 2 * d + head * hs
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(T), Int32(T), Int32(hs), scale,
@@ -277,11 +291,11 @@ public final class WhisperNetwork {
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Int32(T), Int32(hs), Int32(T), 1,
                             scores, Int32(T), v, Int32(3 * d), 0, attended + head * hs, Int32(d))
             }
-            WhisperNetwork.affine(attended, rows: T, layer.output, into: x, accumulate: true)
+            encoderAffine(attended, rows: T, layer.output, into: x, accumulate: true)
             WhisperNetwork.layerNorm(x, rows: T, width: d, layer.ffnNorm, into: h)
-            WhisperNetwork.affine(h, rows: T, layer.ffn0, into: wide, accumulate: false)
+            encoderAffine(h, rows: T, layer.ffn0, into: wide, accumulate: false)
             WhisperNetwork.gelu(wide, count: T * 4 * d)
-            WhisperNetwork.affine(wide, rows: T, layer.ffn1, into: x, accumulate: true)
+            encoderAffine(wide, rows: T, layer.ffn1, into: x, accumulate: true)
         }
         WhisperNetwork.layerNorm(x, rows: T, width: d, encoderNorm, into: encoded)
     }
@@ -484,6 +498,19 @@ public final class WhisperNetwork {
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(rows), Int32(n), Int32(layer.cols), 1,
                     input, Int32(layer.cols), layer.weight, Int32(layer.cols), 1, out, Int32(n))
+    }
+
+    /// affine(_:rows:_:into:accumulate:) for an encoder layer, on its Float32 or packed int8 weights.
+    private func encoderAffine(_ input: UnsafePointer<Float>, rows: Int, _ layer: EncoderLinear, into out: UnsafeMutablePointer<Float>,
+                               accumulate: Bool) {
+        switch layer.weight {
+        case .float32(let w):
+            WhisperNetwork.affine(input, rows: rows, Linear(weight: w, bias: layer.bias, rows: layer.rows, cols: layer.cols),
+                                  into: out, accumulate: accumulate)
+        case .int8(let w, let scales):
+            earmark_int8_gemm_packed(rows, layer.rows, layer.cols, input, layer.cols, w, scales, layer.bias, out, layer.rows,
+                                     accumulate ? 1 : 0, encoderRows)
+        }
     }
 
     /// out[r] (+)= W · input[r] + b for `rows` rows with the layer's float16 or int8 weights (at most

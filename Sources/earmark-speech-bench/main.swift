@@ -8,6 +8,7 @@
 // ({file, audio, seconds, language, text}) instead, then {audio, seconds} for all (tools/speech-eval.sh reads it).
 // --short-padding S: TranscriptionOptions.shortWindowPadding; --no-previous-text: conditionOnPreviousText off.
 // --decoder-weights float16|int8: how the decoder's per-token weights are held (DecoderWeights; default: the library's).
+// --encoder-weights float32|int8: how the encoder's linear layers are held (EncoderWeights; default: the library's).
 // --trace: every window's start, temperature, mean log-probability, compression ratio, no-speech probability and
 // text on standard error, and with --json every segment ({start, end, text}) in the file's line.
 import EarmarkKit
@@ -24,6 +25,7 @@ var shortPadding: Double?
 var previousText = true
 var trace = false
 var decoderWeights = DecoderWeights.standard
+var encoderWeights = EncoderWeights.standard
 var args = CommandLine.arguments.dropFirst().makeIterator()
 while let a = args.next() {
     switch a {
@@ -43,9 +45,17 @@ while let a = args.next() {
             exit(2)
         }
         decoderWeights = w
+    case "--encoder-weights":
+        let value = args.next() ?? ""
+        guard let w = EncoderWeights(rawValue: value) else {
+            FileHandle.standardError.write(Data("earmark-speech-bench: --encoder-weights takes float32 or int8, not \(value)\n".utf8))
+            exit(2)
+        }
+        encoderWeights = w
     case "-h", "--help":
         print("usage: earmark-speech-bench [--model PATH] [--language CODE] [--beam N] [--words] [--detect SOUND-MODEL] [--json] "
-              + "[--short-padding SECONDS] [--no-previous-text] [--trace] [--decoder-weights float16|int8] FILE...")
+              + "[--short-padding SECONDS] [--no-previous-text] [--trace] [--decoder-weights float16|int8] "
+              + "[--encoder-weights float32|int8] FILE...")
         exit(0)
     default: files.append(a)
     }
@@ -58,7 +68,7 @@ let clock = ContinuousClock()
 func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) * 1e-18 }
 do {
     var start = clock.now
-    let model = try SpeechModel(path: modelPath, decoderWeights: decoderWeights)
+    let model = try SpeechModel(path: modelPath, decoderWeights: decoderWeights, encoderWeights: encoderWeights)
     let recognizer = WhisperRecognizer(model: model)
     if trace {
         recognizer.windowObserver = { start, d, skipped in

@@ -104,6 +104,66 @@ struct Int8GEMMTests {
         print("int8 GEMM path \(String(cString: earmark_int8_gemm_path())): largest error \(worst) of the bound")
     }
 
+    typealias PackedKernel = (Int, Int, Int, UnsafePointer<Float>?, Int, UnsafePointer<Int16>?, UnsafePointer<Float>?,
+                              UnsafePointer<Float>?, UnsafeMutablePointer<Float>?, Int, Int32, UnsafeMutablePointer<Int16>?) -> Void
+
+    static func runPacked(_ kernel: PackedKernel, _ c: Case, bias useBias: Bool, accumulate: Bool) -> [Float] {
+        var out = c.prior
+        var packed = [Int16](repeating: 0x5A5A, count: earmark_int8_pack_count(c.n, c.k))
+        var scratch = [Int16](repeating: 0x5A5A, count: earmark_int8_gemm_packed_scratch_count(c.k))
+        c.w.withUnsafeBufferPointer { w in
+            packed.withUnsafeMutableBufferPointer { earmark_int8_pack(w.baseAddress, c.ldw, c.n, c.k, $0.baseAddress) }
+        }
+        c.a.withUnsafeBufferPointer { a in
+            packed.withUnsafeBufferPointer { w in
+                c.scales.withUnsafeBufferPointer { s in
+                    c.bias.withUnsafeBufferPointer { b in
+                        out.withUnsafeMutableBufferPointer { o in
+                            scratch.withUnsafeMutableBufferPointer { t in
+                                kernel(c.rows, c.n, c.k, a.baseAddress, c.lda, w.baseAddress, s.baseAddress,
+                                       useBias ? b.baseAddress : nil, o.baseAddress, c.ldo, accumulate ? 1 : 0, t.baseAddress)
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        return out
+    }
+
+    @Test("the packed many-row kernel gives earmark_int8_gemm's bits on every path (AVX-512 VNNI, AVX2, portable)")
+    func packedKernels() {
+        // Row counts across the 48-row tiles and 12- and 6-row blocks, outputs across 32-wide panels, odd k and k past
+        // the 256-input chunks.
+        let shapes: [(rows: Int, n: Int, k: Int)] = [
+            (1, 1, 1), (1, 33, 3), (5, 31, 64), (12, 32, 256), (13, 65, 257), (49, 40, 77), (50, 7, 513), (97, 64, 1024),
+            (7, 3, 2049), (3, 2, 4100),
+        ]
+        let kernels: [(String, PackedKernel)] = [("dispatched", earmark_int8_gemm_packed), ("avx2", earmark_int8_gemm_packed_avx2),
+                                                 ("avx512", earmark_int8_gemm_packed_avx512), ("portable", earmark_int8_gemm_packed_portable)]
+        for (i, s) in shapes.enumerated() {
+            for variant in 0..<4 {
+                let c = Self.makeCase(rows: s.rows, n: s.n, k: s.k, seed: UInt64(900 + i * 4 + variant))
+                let bias = variant & 1 == 1, accumulate = variant & 2 == 2
+                let reference = Self.run(earmark_int8_gemm_portable, c, bias: bias, accumulate: accumulate)
+                for (name, kernel) in kernels {
+                    let out = Self.runPacked(kernel, c, bias: bias, accumulate: accumulate)
+                    #expect(out.map(\.bitPattern) == reference.map(\.bitPattern), "\(name), rows \(s.rows) n \(s.n) k \(s.k): differs")
+                }
+            }
+        }
+        // The extremes: every input the row's largest and every weight −127 over long rows (exact sums, no overflow).
+        for k in [256, 2048, 2049, 6000] {
+            let c = Case(a: [Float](repeating: 0.5, count: k), w: [Int8](repeating: -127, count: 2 * k), scales: [1, 2], bias: [0, 0],
+                         prior: [0, 0], rows: 1, n: 2, k: k, lda: k, ldw: k, ldo: 2)
+            for (name, kernel) in kernels {
+                let out = Self.runPacked(kernel, c, bias: false, accumulate: false)
+                #expect(out == Self.run(earmark_int8_gemm_portable, c, bias: false, accumulate: false), "\(name), k \(k)")
+                #expect(abs(Double(out[0]) + 0.5 * 127 * Double(k)) <= 1e-5 * 127 * Double(k), "\(name), k \(k): \(out[0])")
+            }
+        }
+    }
+
     @Test("sums at the int16 × int8 extremes over long rows do not overflow")
     func extremes() {
         for k in [2048, 2049, 4096, 6000] {

@@ -78,6 +78,13 @@ public enum TestSpeechModel {
     /// The model with int8 decoder weights (``DecoderWeights/int8``), loaded once per test process.
     public static func int8Model() throws -> SpeechModel { try loadedInt8.get() }
 
+    private static let loadedInt8Encoder: Result<SpeechModel, any Error> = Result {
+        try SpeechModel(path: set().model.path, decoderWeights: .float16, encoderWeights: .int8)
+    }
+
+    /// The model with int8 encoder weights (``EncoderWeights/int8``) and float16 decoder weights, loaded once per test process.
+    public static func int8EncoderModel() throws -> SpeechModel { try loadedInt8Encoder.get() }
+
     private static func prepare() throws -> TestSpeechModelSet {
         let root = TestPaths.repositoryRoot
         let script = root.appendingPathComponent("tools/fetch-speech-model.sh").path

@@ -71,6 +71,28 @@ const char *earmark_int8_gemm_path(void);
 // int16 values of scratch earmark_int8_gemm needs for `rows` input rows of `k` values.
 long earmark_int8_gemm_scratch_count(long rows, long k);
 
+// The same product for many input rows (the encoder's 1,500 positions), on weights packed once by earmark_int8_pack:
+// the same quantisation of each input row, the same exact integer sums and the same final scaling as earmark_int8_gemm,
+// so the results equal earmark_int8_gemm's bit for bit on every path (AVX-512 VNNI, AVX2, portable). The packing holds
+// each weight widened to int16, in panels of 32 outputs with pairs of inputs side by side (zeros past n and k):
+// earmark_int8_pack_count(n, k) values. `scratch` holds earmark_int8_gemm_packed_scratch_count(k) int16 values.
+long earmark_int8_pack_count(long n, long k);
+void earmark_int8_pack(const int8_t *w, long ldw, long n, long k, int16_t *packed);
+long earmark_int8_gemm_packed_scratch_count(long k);
+void earmark_int8_gemm_packed(long rows, long n, long k, const float *a, long lda, const int16_t *packed,
+                              const float *scales, const float *bias, float *out, long ldo, int accumulate,
+                              int16_t *scratch);
+// The packed product with one path forced (a path the CPU lacks falls back to the next), for tests.
+void earmark_int8_gemm_packed_portable(long rows, long n, long k, const float *a, long lda, const int16_t *packed,
+                                       const float *scales, const float *bias, float *out, long ldo, int accumulate,
+                                       int16_t *scratch);
+void earmark_int8_gemm_packed_avx2(long rows, long n, long k, const float *a, long lda, const int16_t *packed,
+                                   const float *scales, const float *bias, float *out, long ldo, int accumulate,
+                                   int16_t *scratch);
+void earmark_int8_gemm_packed_avx512(long rows, long n, long k, const float *a, long lda, const int16_t *packed,
+                                     const float *scales, const float *bias, float *out, long ldo, int accumulate,
+                                     int16_t *scratch);
+
 // Per-row int8 quantisation of an n × k matrix of finite binary16 values (row-major, rows contiguous):
 // scales[j] = max_p |w[j][p]| / 127 and dst[j·k + p] = w[j][p] · 127 / max_p |w[j][p]| rounded to nearest even, in
 // −127…127 (a row of zeros gives zeros and scale 0). Each value is then within scales[j] / 2 of the original.
