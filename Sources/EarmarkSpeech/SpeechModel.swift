@@ -282,34 +282,14 @@ public struct SpeechModel: Sendable {
                     // Quantised row by row (each row's float16 values copied out first: the blob need not be aligned).
                     let rows = shape[0], cols = count / max(1, rows)
                     let (out, scales) = weights.addQuantized(tensorName, rows: rows, cols: cols)
-                    withUnsafeTemporaryAllocation(of: UInt16.self, capacity: max(1, cols)) { row in
-                        for j in 0..<rows {
-                            for i in 0..<cols {
-                                let bits = UInt16(littleEndian: base.loadUnaligned(fromByteOffset: 2 * (j * cols + i), as: UInt16.self))
-                                finite = finite && bits & 0x7C00 != 0x7C00
-                                row[i] = bits
-                            }
-                            guard finite else { return }
-                            earmark_quantise_half_rows(row.baseAddress, 1, cols, out + j * cols, scales + j)
-                        }
-                    }
+                    finite = quantiseHalfRows(base, rows: rows, cols: cols, into: out, scales: scales)
                 } else if packedEncoder.contains(tensorName) {
                     // Quantised row by row as the decoder's int8 weights, then packed for the many-row kernel.
                     let rows = shape[0], cols = count / max(1, rows)
                     let (packed, scales) = weights.addPacked(tensorName, count: earmark_int8_pack_count(rows, cols), rows: rows)
                     let quantized = UnsafeMutablePointer<Int8>.allocate(capacity: max(1, count))
                     defer { quantized.deallocate() }
-                    withUnsafeTemporaryAllocation(of: UInt16.self, capacity: max(1, cols)) { row in
-                        for j in 0..<rows {
-                            for i in 0..<cols {
-                                let bits = UInt16(littleEndian: base.loadUnaligned(fromByteOffset: 2 * (j * cols + i), as: UInt16.self))
-                                finite = finite && bits & 0x7C00 != 0x7C00
-                                row[i] = bits
-                            }
-                            guard finite else { return }
-                            earmark_quantise_half_rows(row.baseAddress, 1, cols, quantized + j * cols, scales + j)
-                        }
-                    }
+                    finite = quantiseHalfRows(base, rows: rows, cols: cols, into: quantized, scales: scales)
                     if finite { earmark_int8_pack(quantized, cols, rows, cols, packed) }
                 } else if half.contains(tensorName) {
                     // Kept as float16 bit patterns (read by the half-precision GEMM); finite means exponent bits not all set.
@@ -614,5 +594,22 @@ extension SpeechModel {
                                    + "run tools/fetch-speech-model.sh to fetch and convert Whisper base, or pass --model")
         }
         return try SpeechModel(path: found, decoderWeights: decoderWeights, encoderWeights: encoderWeights)
+    }
+}
+
+/// Quantises `rows` rows of `cols` float16 values at `base` (unaligned) into int8 rows with a scale each, as the decoder's
+/// int8 weights are held. False at the first value that is not finite (the rest is left undone).
+private func quantiseHalfRows(_ base: UnsafeRawPointer, rows: Int, cols: Int, into out: UnsafeMutablePointer<Int8>,
+                              scales: UnsafeMutablePointer<Float>) -> Bool {
+    withUnsafeTemporaryAllocation(of: UInt16.self, capacity: max(1, cols)) { row in
+        for j in 0..<rows {
+            for i in 0..<cols {
+                let bits = UInt16(littleEndian: base.loadUnaligned(fromByteOffset: 2 * (j * cols + i), as: UInt16.self))
+                guard bits & 0x7C00 != 0x7C00 else { return false }
+                row[i] = bits
+            }
+            earmark_quantise_half_rows(row.baseAddress, 1, cols, out + j * cols, scales + j)
+        }
+        return true
     }
 }
