@@ -67,6 +67,9 @@ public protocol CatalogStore: AnyObject {
     /// skip a hash with more than this many times the index's mean postings per hash (and more than 64), so common
     /// it says little about which track is playing; nil: skip none.
     func lookup(hashes: [UInt32], commonHashes: Double?, _ body: (Int, Int64, UInt32) -> Void) throws
+    /// Whether each ``lookup(hashes:commonHashes:_:)`` is a round trip to a server, whose wait outweighs the work of
+    /// finding the postings: a query then asks for the hashes of several searches at once.
+    var lookupsAreRemote: Bool { get }
     /// The stored peaks of a track as (frame, bin), ordered by frame; empty when unknown.
     func peaks(trackID: Int64) throws -> [(frame: UInt32, bin: UInt16)]
     /// The landmarks of the tracks with ids in `ids` (for copying tracks between catalogs).
@@ -125,6 +128,9 @@ extension CatalogStore {
             throw CatalogError(.invalidArgument, "landmark (hash \(l.hash), frame \(l.frame)) does not fit a \(new.duration)-s track", path: location)
         }
     }
+
+    /// An embedded store: a lookup costs what finding its postings costs.
+    public var lookupsAreRemote: Bool { false }
 
     /// ``lookup(hashes:commonHashes:_:)`` skipping no hash.
     public func lookup(hashes: [UInt32], _ body: (Int, Int64, UInt32) -> Void) throws {

@@ -92,10 +92,32 @@ extension PostgresCatalog {
         return IndexState(version: version, segments: segments, removed: removed, pending: postings)
     }
 
-    /// The buckets of the keys in `ordered` (``IndexSegment/order(_:bits:)``) in every segment of `state`, by segment
-    /// id and bucket, each followed by 8 zero bytes; nil when the change counter is no longer `expecting` (`state` is
-    /// stale). One query: the buckets and the counter come from one snapshot.
-    func fetchBuckets(_ ordered: [UInt64], _ state: IndexState, expecting: Int64?) throws -> [Int64: [Int: [UInt8]]]? {
+    /// Buckets fetched for one lookup: their bytes one after another in `bytes` (8 zero bytes after the last, for
+    /// the bit reader's last word), each found by segment id and bucket.
+    struct FetchedBuckets {
+        var bytes: [UInt8] = []
+        var ranges: [Int64: Range<Int>] = [:]
+        static func key(_ segment: Int64, _ bucket: Int) -> Int64 { segment << 32 | Int64(bucket) }
+    }
+
+    /// The statement that fetches index buckets: `$1` segment ids and `$2` buckets, as (segment, bucket) pairs on one
+    /// server, or as two lists (every combination) through a coordinator. It answers one row: the change counter and
+    /// the buckets as one `bytea`, each as segment (int8), bucket (int4), length (int4) and its bytes. One row of
+    /// 10,000s of buckets costs the server and the client a fraction of a row per bucket.
+    package static func bucketFetchSQL(sharded: Bool) -> String {
+        let packed = "string_agg(int8send(b.segment) || int4send(b.bucket) || int4send(length(b.data)) || b.data, ''::bytea)"
+        // Sharded: a join with unnest would fetch whole partitions; plain conditions on the columns are sent to
+        // every shard at once (async foreign scans under one Append), and the exact pairs are picked by the client.
+        let source = sharded
+            ? "index_buckets b WHERE b.bucket = ANY($2::int4[]) AND b.segment = ANY($1::int8[])"
+            : "unnest($1::int8[], $2::int4[]) AS u(segment, bucket) JOIN index_buckets b ON b.segment = u.segment AND b.bucket = u.bucket"
+        return "SELECT s.changes, q.data FROM catalog_state s LEFT JOIN (SELECT \(packed) AS data FROM \(source)) q ON true"
+    }
+
+    /// The buckets of the keys in `ordered` (``IndexSegment/order(_:bits:)``) in every segment of `state`; nil when
+    /// the change counter is no longer `expecting` (`state` is stale). One query: the buckets and the counter come
+    /// from one snapshot.
+    func fetchBuckets(_ ordered: [UInt64], _ state: IndexState, expecting: Int64?) throws -> FetchedBuckets? {
         var segments: [Int64] = [], buckets: [Int32] = []
         for s in state.segments {
             var last = -1
@@ -109,39 +131,50 @@ extension PostgresCatalog {
             }
         }
         guard !segments.isEmpty else {
-            guard let expecting else { return [:] }
-            return try changes() == expecting ? [:] : nil
+            guard let expecting else { return FetchedBuckets() }
+            return try changes() == expecting ? FetchedBuckets() : nil
         }
         let rows: [PostgresRow]
         var wanted: Set<Int64>?
         if shards.isEmpty {
-            rows = try run("""
-                SELECT s.changes, q.segment, q.bucket, q.data FROM catalog_state s
-                LEFT JOIN (SELECT b.segment, b.bucket, b.data FROM unnest($1::int8[], $2::int4[]) AS u(segment, bucket)
-                           JOIN index_buckets b ON b.segment = u.segment AND b.bucket = u.bucket) q ON true
-                """, PostgresCatalog.binds { $0.append(segments); $0.append(buckets) })
+            rows = try run(PostgresCatalog.bucketFetchSQL(sharded: false), PostgresCatalog.binds { $0.append(segments); $0.append(buckets) })
         } else {
-            // Sharded: a join with unnest would fetch whole partitions; plain conditions on the columns are sent to
-            // every shard at once (async foreign scans under one Append), and the exact (segment, bucket) pairs are
-            // picked here. The counter comes in the same statement (the coordinator's snapshot).
             let distinctSegments = Array(Set(segments)).sorted(), distinctBuckets = Array(Set(buckets)).sorted()
-            rows = try run("""
-                SELECT changes, NULL::int8, NULL::int4, NULL::bytea FROM catalog_state
-                UNION ALL
-                SELECT NULL, segment, bucket, data FROM index_buckets WHERE bucket = ANY($2::int4[]) AND segment = ANY($1::int8[])
-                """, PostgresCatalog.binds { $0.append(distinctSegments); $0.append(distinctBuckets) })
-            if distinctSegments.count > 1 { wanted = Set(zip(segments, buckets).map { $0.0 << 32 | Int64($0.1) }) }
+            rows = try run(PostgresCatalog.bucketFetchSQL(sharded: true),
+                           PostgresCatalog.binds { $0.append(distinctSegments); $0.append(distinctBuckets) })
+            if distinctSegments.count > 1 { wanted = Set(zip(segments, buckets).map { FetchedBuckets.key($0.0, Int($0.1)) }) }
         }
-        var out: [Int64: [Int: [UInt8]]] = [:]
-        for row in rows {
-            let (version, segment, bucket, data) = try decode(row, (Int64?, Int64?, Int32?, ByteBuffer?).self, "an index bucket")
-            if let expecting, let version, version != expecting { return nil }
-            guard let segment, let bucket, let data else { continue }
-            if let wanted, !wanted.contains(segment << 32 | Int64(bucket)) { continue }
-            out[segment, default: [:]][Int(bucket)] = Array(data.readableBytesView) + [UInt8](repeating: 0, count: 8)
+        guard rows.count == 1 else { throw damaged("the index's change counter is missing") }
+        let (version, packed) = try decode(rows[0], (Int64, ByteBuffer?).self, "the index buckets")
+        if let expecting, version != expecting { return nil }
+        var out = FetchedBuckets()
+        guard let packed else { return out }
+        out.bytes.reserveCapacity(packed.readableBytes + 8)
+        out.ranges.reserveCapacity(segments.count)
+        try packed.withUnsafeReadableBytes { raw in
+            var at = 0
+            while at < raw.count {
+                guard raw.count - at >= 16 else { throw damaged("an index bucket's header is cut short") }
+                let segment = Int64(bigEndian: raw.loadUnaligned(fromByteOffset: at, as: Int64.self))
+                let bucket = Int32(bigEndian: raw.loadUnaligned(fromByteOffset: at + 8, as: Int32.self))
+                let length = Int(Int32(bigEndian: raw.loadUnaligned(fromByteOffset: at + 12, as: Int32.self)))
+                at += 16
+                guard bucket >= 0, length >= 0, length <= raw.count - at else { throw damaged("index segment \(segment)'s bucket \(bucket) is cut short") }
+                let key = FetchedBuckets.key(segment, Int(bucket))
+                if wanted?.contains(key) ?? true {
+                    let start = out.bytes.count
+                    out.bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[at..<at + length]))
+                    out.ranges[key] = start..<out.bytes.count
+                }
+                at += length
+            }
         }
+        out.bytes += repeatElement(0, count: 8)
         return out
     }
+
+    /// Every lookup waits for the server (and through a coordinator, for its shards).
+    public var lookupsAreRemote: Bool { true }
 
     /// Calls `body(i, trackID, frame)` for every posting of each hash `hashes[i]` (distinct hashes): from the index
     /// segments (only the buckets of these hashes are read, in one round trip), then from tracks still pending.
@@ -153,7 +186,7 @@ extension PostgresCatalog {
         let keyBits = configuration.hashBits
         let ordered = IndexSegment.order(hashes, bits: keyBits)
         let state: IndexState
-        let buckets: [Int64: [Int: [UInt8]]]
+        let buckets: FetchedBuckets
         if let cached = indexState, let found = try fetchBuckets(ordered, cached, expecting: cached.version) {
             state = cached
             buckets = found
@@ -162,7 +195,7 @@ extension PostgresCatalog {
             indexState = nil
             let loaded = try transaction("BEGIN ISOLATION LEVEL REPEATABLE READ") {
                 let fresh = try readIndexState()
-                return (fresh, try fetchBuckets(ordered, fresh, expecting: nil) ?? [:])
+                return (fresh, try fetchBuckets(ordered, fresh, expecting: nil) ?? FetchedBuckets())
             }
             state = loaded.0
             buckets = loaded.1
@@ -170,22 +203,21 @@ extension PostgresCatalog {
         }
         let limits = PostingIndex.segmentLimits(commonKeys: commonHashes, postings: state.segments.map(\.postings), keyBits: keyBits)
         let filter = !state.removed.isEmpty
-        for (segment, limit) in zip(state.segments, limits) {
-            guard let rows = buckets[segment.id] else { continue }
-            for o in ordered {
-                let m = UInt32(truncatingIfNeeded: o >> 32)
-                let bucket = segment.codec.bucket(ofMixed: m)
-                guard let blob = rows[bucket] else { continue }
-                let i = Int(truncatingIfNeeded: o & 0xFFFF_FFFF)
-                do {
-                    try blob.withUnsafeBytes { raw in
-                        try segment.codec.scan(raw.baseAddress!, lo: 0, hi: raw.count - 8, mixed: m, limit: limit) { track, frame in
+        try buckets.bytes.withUnsafeBytes { raw in
+            for (segment, limit) in zip(state.segments, limits) {
+                for o in ordered {
+                    let m = UInt32(truncatingIfNeeded: o >> 32)
+                    let bucket = segment.codec.bucket(ofMixed: m)
+                    guard let range = buckets.ranges[FetchedBuckets.key(segment.id, bucket)] else { continue }
+                    let i = Int(truncatingIfNeeded: o & 0xFFFF_FFFF)
+                    do {
+                        try segment.codec.scan(raw.baseAddress!, lo: range.lowerBound, hi: range.upperBound, mixed: m, limit: limit) { track, frame in
                             if filter, PostgresCatalog.contains(state.removed, track) { return }
                             body(i, Int64(track), frame)
                         }
+                    } catch let d as IndexBucketDamage {
+                        throw damaged("index segment \(segment.id)'s bucket \(bucket): \(d)")
                     }
-                } catch let d as IndexBucketDamage {
-                    throw damaged("index segment \(segment.id)'s bucket \(bucket): \(d)")
                 }
             }
         }

@@ -341,6 +341,8 @@ public final class Matcher {
     private var postingMemo = PostingMemo()
     /// Skew trials of the last query that went past the screen to a full search (``MatchOptions/skewScreenFanout``).
     private(set) var fullSkewSearches = 0
+    /// Lookups the last query asked of the catalog (each a round trip to a server for a remote store).
+    package private(set) var catalogLookups = 0
     /// Hits per track slot of one search (see ``Hit/dropSparseTracks(_:floor:counts:)``), kept zeroed between searches.
     private var trackCounts = [UInt8](repeating: 0, count: 1 << 18)
 
@@ -356,6 +358,7 @@ public final class Matcher {
         // Stored peaks do not depend on the skew, so one decode per track serves every trial.
         peakCache.removeAll(keepingCapacity: true)
         fullSkewSearches = 0
+        catalogLookups = 0
         defer { postingMemo = PostingMemo() }
         // Counted once per query: every search of it pays for the same catalog.
         let catalogTracks = try catalog.trackCount()
@@ -442,8 +445,28 @@ public final class Matcher {
             best = r
             bestSkew = skew
         }
+        // From a server, each search's lookup is a round trip, and waiting for 84 of them was most of a no-match
+        // clip's time: the trials' hashes are fetched ahead into the query's memo (which the searches with a
+        // common-hash limit use), for the next 8 trials, then 8, 16, 32…, so a grid that ends early has fetched
+        // at most about twice what it used.
+        var fetchedTrials = 0
+        func fetchAhead(from n: Int) throws {
+            let end = min(options.skewTrials.count, n + max(8, n))
+            var hashes: [UInt32] = []
+            for skew in options.skewTrials[n..<end] {
+                let landmarks = if let (fanout, strong) = screened {
+                    skewLandmarks(Matcher.unskewed(strong, skew, configuration: configuration), fanout: fanout)
+                } else {
+                    skewLandmarks(Matcher.unskewed(signature, skew, configuration: configuration), fanout: options.skewFanout)
+                }
+                hashes += landmarks.map(\.hash)
+            }
+            try lookup(Array(Set(hashes)).sorted(), common: options.commonHashes) { _, _, _ in }
+            fetchedTrials = end
+        }
         var climbed: Skew?
-        for skew in options.skewTrials {
+        for (n, skew) in options.skewTrials.enumerated() {
+            if catalog.lookupsAreRemote, options.commonHashes != nil, n >= fetchedTrials { try fetchAhead(from: n) }
             try attempt(skew)
             // Nearest skews come first. A clearly strong match ends the grid; from there the search climbs
             // to neighbouring skews of the same kind while they align more hashes (a skew a step or two
@@ -549,11 +572,15 @@ public final class Matcher {
     /// (the extra searches; for triplet keys the first searches too). The postings of each hash come in the order
     /// the catalog gives them, so the hits, and so the matches, are the same as without the memo.
     private func lookup(_ hashes: [UInt32], common: Double?, _ body: (Int, Int64, UInt32) -> Void) throws {
-        guard let common else { return try catalog.lookup(hashes: hashes, commonHashes: nil, body) }
+        guard let common else {
+            catalogLookups += 1
+            return try catalog.lookup(hashes: hashes, commonHashes: nil, body)
+        }
         if postingMemo.commonHashes != common { postingMemo = PostingMemo(commonHashes: common) }
         let missing = hashes.filter { postingMemo.ranges.find($0) == nil }
         if !missing.isEmpty {
             var found: [(k: Int32, track: Int64, frame: UInt32)] = []
+            catalogLookups += 1
             try catalog.lookup(hashes: missing, commonHashes: common) { k, track, frame in
                 found.append((Int32(truncatingIfNeeded: k), track, frame))
             }
@@ -586,12 +613,17 @@ public final class Matcher {
         return packed.map { Landmark(hash: UInt32(truncatingIfNeeded: $0 >> 32), frame: UInt32(truncatingIfNeeded: $0)) }
     }
 
+    /// The landmarks a skew trial looks up for the clip's `unskewed` copy: the skew search's peaks, each with its
+    /// `fanout` strongest targets (``MatchOptions/skewFanout`` for the full search, fewer for its screen).
+    private func skewLandmarks(_ unskewed: Signature, fanout: Int) -> [Landmark] {
+        Landmarks.extract(from: unskewed, rankLimit: options.skewRankLimit, fanout: fanout, configuration: configuration)
+    }
+
     /// Whether a skew trial can be skipped: no track aligns ``MatchOptions/skewScreenHits`` distinct hashes in one
     /// offset cell among the landmarks of the trial's anchors with only their `fanout` strongest targets.
     private func screenedOut(_ signature: Signature, fanout: Int) throws -> Bool {
         let floor = options.skewScreenHits
-        let landmarks = Landmarks.extract(from: signature, rankLimit: options.skewRankLimit, fanout: fanout, configuration: configuration)
-        let hits = try sortedHits(of: landmarks, common: options.commonHashes, floor: floor).hits
+        let hits = try sortedHits(of: skewLandmarks(signature, fanout: fanout), common: options.commonHashes, floor: floor).hits
         var i = 0
         while i < hits.count {
             var j = i
@@ -640,7 +672,9 @@ public final class Matcher {
                            role: LandmarkRole = .query, skewed: Bool = false,
                            shape: (rankLimit: Int, fanout: Int)? = nil, candidates: Int? = nil) throws -> MatchResult {
         let common = skewed || role == .deepQuery ? options.commonHashes : options.firstCommonHashes
-        let landmarks = if let shape = shape ?? (skewed ? (options.skewRankLimit, options.skewFanout) : nil) {
+        let landmarks = if skewed, shape == nil {
+            skewLandmarks(signature, fanout: options.skewFanout)
+        } else if let shape {
             Landmarks.extract(from: signature, rankLimit: shape.rankLimit, fanout: shape.fanout, configuration: configuration)
         } else {
             Landmarks.extract(from: signature, role: role, configuration: configuration)

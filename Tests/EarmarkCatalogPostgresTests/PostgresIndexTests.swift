@@ -144,12 +144,26 @@ struct PostgresIndexTests {
             if onServer.matches.first?.track.title == stem { matched += 1 }
         }
         #expect(matched == 4)
-        // A silence-free clip of other music is no match on both.
+        // A silence-free clip of other music is no match on both, and a sped-up clip is found by the skew trials on
+        // both. The server is asked for the trials' hashes in a few batches, where the file answers each trial
+        // (one lookup each) as it comes.
         let other = try #require(reference.audio.negative.first)
-        let negative = dir.file("negative.wav")
+        let negative = dir.file("negative.wav"), sped = dir.file("sped.wav")
         try Fixtures.cut(other, start: 0, seconds: 10, to: negative)
-        let signature = SignatureGenerator.signature(of: try Fixtures.decode(negative))
-        #expect(storeNeutral(try Matcher(catalog: reader).match(signature)) == storeNeutral(try Matcher(catalog: sqlite).match(signature)))
+        try Run.sox([dir.file("pingus-4.wav").path, sped.path, "speed", "1.06"])
+        for (name, clip, expected) in [("other music", negative, nil), ("pingus-4 at speed 1.06", sped, "pingus-4")] {
+            let signature = SignatureGenerator.signature(of: try Fixtures.decode(clip))
+            let onServer = Matcher(catalog: reader), onFile = Matcher(catalog: sqlite)
+            let answer = try onServer.match(signature)
+            #expect(storeNeutral(answer) == storeNeutral(try onFile.match(signature)), "\(name)")
+            #expect(answer.matches.first?.track.title == expected, "\(name)")
+            let counts = "\(name): \(onServer.catalogLookups) lookups on the server, \(onFile.catalogLookups) on the file"
+            #expect(onServer.catalogLookups <= onFile.catalogLookups, "\(counts)")
+            if expected == nil {
+                // Every trial ran: about one lookup each on the file, a handful in all on the server.
+                #expect(onFile.catalogLookups >= Skew.defaultTrials.count / 2 && onServer.catalogLookups <= 10, "\(counts)")
+            }
+        }
     }
 
     @Test("a catalog of schema 1 is read as it is, migrated when opened for writing, and indexed by the next flush")

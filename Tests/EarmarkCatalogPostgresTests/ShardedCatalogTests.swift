@@ -74,9 +74,8 @@ struct ShardedCatalogTests {
         // The lookup statement: the bucket condition goes to each shard (no join that would fetch whole partitions),
         // and the shards are asked at once (async foreign scans).
         let explained = try servers.coordinator.sql("""
-            EXPLAIN (VERBOSE, COSTS OFF) SELECT changes, NULL::int8, NULL::int4, NULL::bytea FROM catalog_state
-            UNION ALL
-            SELECT NULL, segment, bucket, data FROM index_buckets WHERE bucket = ANY('{1,2,3,4,5,6,7,8,9,10,11,12}'::int4[]) AND segment = ANY('{1}'::int8[])
+            PREPARE bucket_lookup(int8[], int4[]) AS \(PostgresCatalog.bucketFetchSQL(sharded: true));
+            EXPLAIN (VERBOSE, COSTS OFF) EXECUTE bucket_lookup('{1}', '{1,2,3,4,5,6,7,8,9,10,11,12}')
             """)
         #expect(explained.components(separatedBy: "Async Foreign Scan").count == 3, "\(explained)")
         #expect(explained.components(separatedBy: "Remote SQL: SELECT segment, bucket, data FROM public.index_buckets WHERE ").count == 3
