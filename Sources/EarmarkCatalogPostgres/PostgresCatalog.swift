@@ -52,6 +52,11 @@ public final class PostgresCatalog: CatalogStore {
     /// Pending postings a writer leaves pending when it closes (``close()``): above this, they move into a segment
     /// (as ``Catalog/inFilePostings``). Default 1 million (about 7 h of audio).
     public var pendingPostings = 1_000_000
+    /// Seconds a query's reads (index buckets, tracks by id, a track's peaks) may wait for their answer. A shard that
+    /// hangs without closing its connections holds the coordinator's statement forever; past this the connection
+    /// is closed and the read fails as ``CatalogError/Code/unavailable`` (the next connection may do better).
+    /// Default 30.
+    public var readTimeout: Double = 30
 
     /// Opens (or creates) the catalog in the database `url` names (`postgres://user@host:port/db`, see ``PostgresURL``).
     /// The database itself must exist; the catalog's tables are created in it when `create` is set.
@@ -146,11 +151,14 @@ public final class PostgresCatalog: CatalogStore {
     // MARK: Talking to the server
 
     /// Runs one statement and returns its rows (all of them, in memory).
+    /// `deadline`: seconds to wait for the answer (see ``readTimeout``); nil: as long as it takes.
     @discardableResult
-    func run(_ sql: String, _ binds: PostgresBindings = PostgresBindings()) throws -> [PostgresRow] {
+    func run(_ sql: String, _ binds: PostgresBindings = PostgresBindings(), deadline: Double? = nil) throws -> [PostgresRow] {
         guard !connection.isClosed else { throw closedError() }
         do {
-            return try answer(connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger)).rows
+            return try answer(connection.query(PostgresQuery(unsafeSQL: sql, binds: binds), logger: logger), deadline: deadline).rows
+        } catch let e as CatalogError {
+            throw e
         } catch {
             let described = PostgresCatalog.describe(error, target: target, location: location, connecting: false)
             guard !shards.isEmpty else { throw described }
@@ -168,13 +176,19 @@ public final class PostgresCatalog: CatalogStore {
 
     /// Waits for `future`. A query sent just as the server closed the connection can stay unanswered (seen with
     /// postgres-nio 1.33.2 after the server stopped), so a wait that outlasts the connection by a second gives up.
-    private func answer<T: Sendable>(_ future: EventLoopFuture<T>) throws -> T {
+    private func answer<T: Sendable>(_ future: EventLoopFuture<T>, deadline: Double? = nil) throws -> T {
         let done = DispatchSemaphore(value: 0)
         future.whenComplete { _ in done.signal() }
-        while done.wait(timeout: .now() + 1) == .timedOut {
+        let start = DispatchTime.now()
+        while done.wait(timeout: .now() + min(1, deadline ?? 1)) == .timedOut {
             if connection.isClosed {
                 guard done.wait(timeout: .now() + 1) == .success else { throw closedError() }
                 break
+            }
+            if let deadline, Double(DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1e9 >= deadline {
+                disconnect()
+                let waiting = shards.isEmpty ? "" : " (a shard that does not answer holds up the coordinator: \(shards.map(\.location).joined(separator: ", ")))"
+                throw CatalogError(.unavailable, "the PostgreSQL server at \(target.endpoint) did not answer within \(deadline) s\(waiting); the connection is closed", path: location)
             }
         }
         return try future.wait()
@@ -456,7 +470,8 @@ public final class PostgresCatalog: CatalogStore {
 
     public func tracks(ids: some Collection<Int64>) throws -> [Int64: Track] {
         guard !ids.isEmpty else { return [:] }
-        let rows = try run("SELECT \(PostgresCatalog.trackColumns) FROM tracks WHERE id = ANY($1)", PostgresCatalog.binds { $0.append(Array(ids)) })
+        let rows = try run("SELECT \(PostgresCatalog.trackColumns) FROM tracks WHERE id = ANY($1)", PostgresCatalog.binds { $0.append(Array(ids)) },
+                           deadline: readTimeout)
         var out: [Int64: Track] = [:]
         for row in rows {
             let t = try readTrack(row)
@@ -675,7 +690,7 @@ public final class PostgresCatalog: CatalogStore {
 
     public func peaks(trackID: Int64) throws -> [(frame: UInt32, bin: UInt16)] {
         guard let row = try run("SELECT p.data, t.duration FROM track_peaks p JOIN tracks t ON t.id = p.track_id WHERE p.track_id = $1",
-                                PostgresCatalog.binds { $0.append(trackID) }).first else { return [] }
+                                PostgresCatalog.binds { $0.append(trackID) }, deadline: readTimeout).first else { return [] }
         let (data, duration) = try decode(row, (ByteBuffer, Double).self, "track \(trackID)'s stored peaks")
         let lastFrame = lastStoredFrame(duration: duration)
         guard let peaks = data.withUnsafeReadableBytes({ Catalog.decodePeaks($0, lastFrame: lastFrame, configuration: configuration) }) else {

@@ -137,11 +137,12 @@ extension PostgresCatalog {
         let rows: [PostgresRow]
         var wanted: Set<Int64>?
         if shards.isEmpty {
-            rows = try run(PostgresCatalog.bucketFetchSQL(sharded: false), PostgresCatalog.binds { $0.append(segments); $0.append(buckets) })
+            rows = try run(PostgresCatalog.bucketFetchSQL(sharded: false), PostgresCatalog.binds { $0.append(segments); $0.append(buckets) },
+                           deadline: readTimeout)
         } else {
             let distinctSegments = Array(Set(segments)).sorted(), distinctBuckets = Array(Set(buckets)).sorted()
             rows = try run(PostgresCatalog.bucketFetchSQL(sharded: true),
-                           PostgresCatalog.binds { $0.append(distinctSegments); $0.append(distinctBuckets) })
+                           PostgresCatalog.binds { $0.append(distinctSegments); $0.append(distinctBuckets) }, deadline: readTimeout)
             if distinctSegments.count > 1 { wanted = Set(zip(segments, buckets).map { FetchedBuckets.key($0.0, Int($0.1)) }) }
         }
         guard rows.count == 1 else { throw damaged("the index's change counter is missing") }

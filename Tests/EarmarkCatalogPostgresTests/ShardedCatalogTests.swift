@@ -176,6 +176,34 @@ struct ShardedCatalogTests {
 
         #expect(Date().timeIntervalSince(started) < 60)
     }
+
+    @Test("a shard that hangs without closing its connections: a read gives up after readTimeout as unavailable; a new connection reads again once the shard is back")
+    func hungShard() throws {
+        let servers = try ShardedServers()
+        defer { servers.stop() }
+        let pg = try servers.create()
+        for (new, landmarks) in syntheticTracks(3, seed: 700) { _ = try pg.add(new, landmarks: landmarks, peaks: randomPeaks(seed: 7, count: 50)) }
+        try pg.flushIndex()
+        let reader = try PostgresCatalog(url: servers.coordinator.url, readOnly: true)
+        var before = 0
+        try reader.lookup(hashes: Array(0..<4096)) { _, _, _ in before += 1 }
+        #expect(before > 0)
+        reader.readTimeout = 2
+        let hung = servers.shards[0]
+        try hung.freeze(true)
+        let started = Date()
+        let e = catalogError { try reader.lookup(hashes: Array(4096..<8192)) { _, _, _ in } }
+        let waited = Date().timeIntervalSince(started)
+        try hung.freeze(false)
+        #expect(e?.code == .unavailable && e?.message.contains("did not answer within 2") == true
+                && e?.message.contains("127.0.0.1:\(hung.port)") == true, "\(String(describing: e))")
+        #expect(waited >= 2 && waited < 10, "gave up after \(waited) s")
+        // The closed connection stays closed; a new one reads the same postings as before.
+        #expect(catalogError { try reader.lookup(hashes: Array(0..<4096)) { _, _, _ in } }?.code == .unavailable)
+        var after = 0
+        try PostgresCatalog(url: servers.coordinator.url, readOnly: true).lookup(hashes: Array(0..<4096)) { _, _, _ in after += 1 }
+        #expect(after == before)
+    }
 }
 
 /// A rough timing, run only when asked (EARMARK_SHARD_BENCH=tracks): the same synthetic tracks in a one-server

@@ -142,6 +142,19 @@ public final class PostgresServer: @unchecked Sendable {
         PostgresServer.unregister(self)
     }
 
+    /// Suspends (SIGSTOP) or resumes (SIGCONT) the server and every backend it runs: a machine that hangs without
+    /// closing its connections. Resume before ``stop()``.
+    public func freeze(_ frozen: Bool) throws {
+        let pidFile = try String(contentsOfFile: folder + "/data/postmaster.pid", encoding: .utf8)
+        guard let first = pidFile.split(separator: "\n").first, let postmaster = Int32(first) else {
+            throw TestSupportError("no server pid in \(folder)/data/postmaster.pid")
+        }
+        let children = (try? String(contentsOfFile: "/proc/\(postmaster)/task/\(postmaster)/children", encoding: .utf8)) ?? ""
+        for pid in [postmaster] + children.split(separator: " ").compactMap({ Int32($0) }) {
+            kill(pid, frozen ? SIGSTOP : SIGCONT)
+        }
+    }
+
     /// Stops the server (immediate shutdown) without deleting its folder: what clients see when the server is gone.
     public func halt() {
         if process.isRunning {
