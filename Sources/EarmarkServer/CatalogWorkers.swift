@@ -17,7 +17,8 @@ final class CatalogWorkers: Sendable {
     /// Where reads go: the catalog, or its replicas.
     let readPaths: [String]
     private let lockTimeout: Double
-    private let turn = LockedValue(0)
+    /// The next read location's number (modulo their count): the workers opened took the first ones.
+    private let turn: LockedValue<Int>
     private let pool: NIOThreadPool
     private let idle: LockedValue<[WarmRecognizer]>
     private let soundModelPath: String?
@@ -36,7 +37,7 @@ final class CatalogWorkers: Sendable {
         self.pool = pool
         idle = LockedValue(recognizers)
         self.soundModelPath = soundModelPath
-        turn.withLock { $0 = recognizers.count }
+        turn = LockedValue(recognizers.count)
     }
 
     /// Starts `threads` threads and opens a catalog read-only once for each, loading its index: the locations of

@@ -896,7 +896,10 @@ func measure(_ catalog: ScaleCatalog, location: String? = nil, record: BuildReco
     say("matching process: \(report.results.count) of \(usable.count) clips in \(fmt(child.seconds, 1)) s"
         + (coverage.0 < coverage.1 ? " (time budget \(fmt(warmBudget / 60, 1)) min; every degradation × length cell still measured)" : "")
         + "; open \(fmt(report.openMs, 1)) ms, first query \(fmt(report.firstMs, 1)) ms, second query \(fmt(report.secondMs, 1)) ms (the matcher may copy the index into memory then); peak RSS \(fmt(rssMB, 0)) MB"
-        + (report.peakAnonMB.map { ", of it its own (anonymous) memory at most \(fmt($0, 0)) MB, the rest index pages mapped from the page cache" } ?? ""))
+        + (report.peakAnonMB.map {
+            ", of it its own (anonymous) memory at most \(fmt($0, 0)) MB, the rest "
+                + (onFile ? "index pages mapped from the page cache" : "the program's own mapped files (the index is on the server)")
+        } ?? ""))
 
     // --- Recall --------------------------------------------------------------------------------------
     let main = measured.filter { $0.querySet == "main" }
