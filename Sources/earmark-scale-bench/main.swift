@@ -154,12 +154,12 @@ func scrambled(_ name: String, seed: UInt64) -> UInt64 {
 struct Exit {
     var status: Int32
     var seconds: Double
-    /// ru_maxrss of the process, in KB.
+    /// The process's peak RSS (VmHWM, sampled), in KB.
     var peakRSSKB: Int
 }
 
-/// Runs `argv` as a fresh process (posix_spawn, waited for with wait4: its own peak RSS, and no run-loop
-/// polling in the measured wall time). Output goes to /dev/null when `quiet`, else to ours.
+/// Runs `argv` as a fresh process (posix_spawn, waited for with waitpid: no run-loop polling in the measured wall
+/// time; its peak RSS sampled beside). Output goes to /dev/null when `quiet`, else to ours.
 func spawn(_ argv: [String], quiet: Bool) -> Exit {
     let clock = ContinuousClock()
     var actions = posix_spawn_file_actions_t()
@@ -177,13 +177,14 @@ func spawn(_ argv: [String], quiet: Bool) -> Exit {
     let start = clock.now
     let rc = posix_spawn(&pid, argv[0], &actions, nil, &cArgs, &cEnv)
     guard rc == 0 else { note("cannot run \(argv[0]): \(String(cString: strerror(rc)))"); return Exit(status: -1, seconds: 0, peakRSSKB: 0) }
+    // VmHWM only grows, so sampled every 2 ms it misses at most the last moments' growth.
+    let memory = StatusSampler(pid: pid, field: "VmHWM", interval: 2_000)
     var status: Int32 = 0
-    var usage = rusage()
-    while wait4(pid, &status, 0, &usage) < 0 && errno == EINTR {}
+    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
     let wall = seconds(clock.now - start)
     // WIFEXITED / WEXITSTATUS, which Swift does not import.
     let exited = status & 0x7F == 0
-    return Exit(status: exited ? (status >> 8) & 0xFF : 128 + (status & 0x7F), seconds: wall, peakRSSKB: usage.ru_maxrss)
+    return Exit(status: exited ? (status >> 8) & 0xFF : 128 + (status & 0x7F), seconds: wall, peakRSSKB: memory.finish(sampleAgain: false))
 }
 
 // MARK: - Catalog files
@@ -649,36 +650,44 @@ struct ChildReport: Codable {
     /// The most anonymous memory (RssAnon: the process's own, not the index pages it maps from the page
     /// cache) seen by a sampler every 10 ms, in MB.
     var peakAnonMB: Double?
+    /// The process's peak RSS (VmHWM) when it ended, in MB.
+    var peakRSSMB: Double?
 }
 
-/// Samples this process's RssAnon every 10 ms on a thread of its own, keeping the largest (in kB).
-final class AnonymousMemorySampler: @unchecked Sendable {
+/// Samples a field of a process's `/proc/PID/status` (in kB) every `interval` µs on a thread of its own, keeping the
+/// largest: `RssAnon` of this process (its own memory, not the index pages it maps), or `VmHWM` of a child (its
+/// peak RSS: a spawned child's `ru_maxrss` starts from the parent's, whose memory it shared until its exec).
+final class StatusSampler: @unchecked Sendable {
     private let lock = NSLock()
     private var peak = 0
     private var running = true
+    private let path: String
+    private let field: String
 
-    init() {
+    init(pid: pid_t? = nil, field: String, interval: UInt32 = 10_000) {
+        path = pid.map { "/proc/\($0)/status" } ?? "/proc/self/status"
+        self.field = field + ":"
         let thread = Thread { [self] in
             while lock.withLock({ running }) {
-                let kb = AnonymousMemorySampler.current()
+                let kb = current()
                 lock.withLock { peak = max(peak, kb) }
-                usleep(10_000)
+                usleep(interval)
             }
         }
         thread.start()
     }
 
-    /// Stops sampling and returns the peak in MB.
-    func finish() -> Double {
+    /// Stops sampling and returns the peak in kB (sampled once more unless `sampleAgain` is false: a child that has exited).
+    func finish(sampleAgain: Bool = true) -> Int {
         lock.withLock {
             running = false
-            return Double(max(peak, AnonymousMemorySampler.current())) / 1024
+            return sampleAgain ? max(peak, current()) : peak
         }
     }
 
-    static func current() -> Int {
-        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
-              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("RssAnon:") }) else { return 0 }
+    private func current() -> Int {
+        guard let status = try? String(contentsOfFile: path, encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix(field) }) else { return 0 }
         return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
     }
 }
@@ -697,7 +706,7 @@ func threadCPUSeconds() -> Double {
 func runChild(catalogPath: String, list: String, out: String, budget: Double, matchOptions: [String]) throws {
     let clock = ContinuousClock()
     let items = readTSV(list).map { ($0["key"]!, $0["path"]!) }
-    let sampler = AnonymousMemorySampler()
+    let sampler = StatusSampler(field: "RssAnon")
     let t0 = clock.now
     let catalog = try CatalogStores.open(catalogPath, access: .read)
     let matcher = Matcher(catalog: catalog)
@@ -732,7 +741,8 @@ func runChild(catalogPath: String, list: String, out: String, budget: Double, ma
         if (n + 1) % 500 == 0 { note("  matched \(n + 1)/\(items.count) in \(fmt(seconds(clock.now - t0), 0)) s") }
     }
     try JSONEncoder().encode(ChildReport(openMs: openMs, firstMs: firstMs, secondMs: secondMs, results: results,
-                                         peakAnonMB: sampler.finish()))
+                                         peakAnonMB: Double(sampler.finish()) / 1024,
+                                         peakRSSMB: Double(StatusSampler(field: "VmHWM").finish()) / 1024))
         .write(to: URL(fileURLWithPath: out))
 }
 
@@ -892,7 +902,7 @@ func measure(_ catalog: ScaleCatalog, location: String? = nil, record: BuildReco
     // Clips the time budget left unmatched count nowhere.
     let measured = clips.filter { resultOf[$0.key] != nil }
     let coverage = (report.results.count, usable.count)
-    let rssMB = Double(child.peakRSSKB) / 1024
+    let rssMB = report.peakRSSMB ?? Double(child.peakRSSKB) / 1024
     say("matching process: \(report.results.count) of \(usable.count) clips in \(fmt(child.seconds, 1)) s"
         + (coverage.0 < coverage.1 ? " (time budget \(fmt(warmBudget / 60, 1)) min; every degradation × length cell still measured)" : "")
         + "; open \(fmt(report.openMs, 1)) ms, first query \(fmt(report.firstMs, 1)) ms, second query \(fmt(report.secondMs, 1)) ms (the matcher may copy the index into memory then); peak RSS \(fmt(rssMB, 0)) MB"
