@@ -5,7 +5,7 @@ import Foundation
 /// Beats, bars and tempo of a piece (Music Understanding's rhythm dimension).
 public struct RhythmResult: Codable, Sendable, Equatable {
     public static let kind = "rhythm"
-    public static let version = 6
+    public static let version = 7
 
     /// Beat times in seconds.
     public var beats: [Double]
@@ -448,7 +448,7 @@ public final class BeatTracker {
     /// strength, plus the best score of a beat about P_k frames earlier (within 3 %, less `tightness` ·
     /// log²(interval / P_k)) in a state at most two steps away, less `change` per step; any farther state
     /// costs `jump` (a new tempo, as at the join of a medley). States span ±``stateSpan`` octaves around
-    /// `period`, so the metrical level stays the one the comb chose (``metricalLevel(_:strength:halving:)``
+    /// `period`, so the metrical level stays the one the comb chose (``metricalLevel(_:strength:onset:halving:contrast:between:)``
     /// may halve it afterwards). Returns the beat frames and each beat's period. Change, jump and the
     /// mean's weight were chosen on the rhythm set and its tempo-change variants (see docs/analysis.md).
     static func beats(_ onset: [Double], period: Double, tightness: Double = 2_000, change: Double = 2,
@@ -523,27 +523,37 @@ public final class BeatTracker {
     }
 
     /// The metrical level from the music itself: given beats tracked at the period the comb chose, the
-    /// beat is taken to be twice as slow, on the half with more onsets, when one half of the beats
-    /// (every other one) nearly always carries an onset (in at least 80 % of its beats) and the other half
-    /// carries one in at most `halving` times as many: a slow tune has its notes on the beats and only
-    /// some between them, while a fast piece's every beat is played. An onset is a peak (±2 frames) of
-    /// `strength` of at least a quarter of the median beat's.
-    static func metricalLevel(_ beats: [(frame: Int, period: Double)], strength: [Double], halving: Double = 0.6)
+    /// beat is taken to be twice as slow, on the half with more onsets, when one half of the beats (every
+    /// other one) is clearly weaker than the other: a slow tune has its notes on the beats and only some
+    /// between them, while a fast piece's every beat is played. Weaker is told two ways: the stronger half
+    /// nearly always carries an onset (in at least 80 % of its beats) and the other one in at most
+    /// `halving` times as many (an onset: a peak, ±2 frames, of `strength` of at least a quarter of the
+    /// median beat's); or the weaker half's mean strength is at most `contrast` times the stronger's while
+    /// the onset envelope `onset` halfway between the beats is at most `between` times that on them (the
+    /// tracked beats are the slow beat and its off-beats, with little in between them).
+    static func metricalLevel(_ beats: [(frame: Int, period: Double)], strength: [Double], onset: [Double],
+                              halving: Double = 0.6, contrast: Double = 0.35, between: Double = 0.5)
         -> [(frame: Int, period: Double)] {
         guard beats.count >= 8 else { return beats }
-        let on = beats.map { b -> Double in
+        func peak(_ x: [Double], _ f: Int) -> Double {
             var m = 0.0
-            for g in max(0, b.frame - 2)...min(strength.count - 1, b.frame + 2) { m = max(m, strength[g]) }
+            for g in max(0, f - 2)...min(x.count - 1, f + 2) { m = max(m, x[g]) }
             return m
         }
+        let on = beats.map { peak(strength, $0.frame) }
         let floor = 0.25 * on.sorted()[on.count / 2]
-        func share(from first: Int) -> Double {
-            let half = stride(from: first, to: on.count, by: 2).map { on[$0] }
-            return Double(half.filter { $0 > floor }.count) / Double(max(1, half.count))
+        func half(from first: Int) -> (share: Double, mean: Double) {
+            let v = stride(from: first, to: on.count, by: 2).map { on[$0] }
+            return (Double(v.filter { $0 > floor }.count) / Double(max(1, v.count)), v.reduce(0, +) / Double(max(1, v.count)))
         }
-        let even = share(from: 0), odd = share(from: 1)
-        guard max(even, odd) >= 0.8, min(even, odd) <= halving * max(even, odd) else { return beats }
-        return stride(from: even >= odd ? 0 : 1, to: beats.count, by: 2).map { (beats[$0].frame, 2 * beats[$0].period) }
+        let even = half(from: 0), odd = half(from: 1)
+        let byOnsets = max(even.share, odd.share) >= 0.8 && min(even.share, odd.share) <= halving * max(even.share, odd.share)
+        let onBeats = beats.reduce(0) { $0 + peak(onset, $1.frame) }
+        let midway = zip(beats, beats.dropFirst()).reduce(0) { $0 + peak(onset, ($1.0.frame + $1.1.frame) / 2) }
+        let byStrength = min(even.mean, odd.mean) <= contrast * max(even.mean, odd.mean) && midway <= between * onBeats
+        guard byOnsets || byStrength else { return beats }
+        let first = byOnsets ? (even.share >= odd.share ? 0 : 1) : (even.mean >= odd.mean ? 0 : 1)
+        return stride(from: first, to: beats.count, by: 2).map { (beats[$0].frame, 2 * beats[$0].period) }
     }
 
     /// Each beat's accent for the bar analysis: harmonic change (the cosine distance between the chroma of the
@@ -856,7 +866,7 @@ public final class BeatTracker {
         let strength = zip(onset, harmonic).map { $0 + 1.5 * $1 }
         let change = BeatTracker.tempoChange(onset)
         let tracked = BeatTracker.metricalLevel(BeatTracker.beats(strength, period: change?.period ?? period, newTempo: change?.change),
-                                                strength: strength)
+                                                strength: strength, onset: onset)
         let low = BeatTracker.normalized(lowFlux)
         // The metre: a compound metre tracked at a level of two eighths or of one keeps its dotted-quarter beats.
         let division = BeatTracker.beatDivision(frames: tracked.map(\.frame), onset: onset, low: low)

@@ -108,6 +108,32 @@ struct TempoTests {
         #expect(BeatTracker.fMeasure(estimated: r.beats, reference: truth) >= 0.9)
     }
 
+    @Test("the rendered march slowed to 0.55 × (a tape played slow: 60.5 BPM) reports its slowed written tempo, not double")
+    func slowedMarch() throws {
+        let script = TestPaths.repositoryRoot.appendingPathComponent("tools/test-renders.sh").path
+        let run = try Run.process("/bin/bash", [script], timeout: 1200)
+        let dirLine = try #require(run.stdoutText.split(separator: "\n").last, "\(run)")
+        let dir = URL(fileURLWithPath: String(dirLine).trimmingCharacters(in: .whitespaces))
+        struct Truth: Decodable { var beats: Int; var beatPeriod: Double }
+        let truth = try #require(try JSONDecoder().decode([String: Truth].self, from: Data(contentsOf: dir.appendingPathComponent("truth.json")))["march"])
+        let source = try Fixtures.decode(dir.appendingPathComponent("march.wav"))
+        // Output sample i reads the source at 0.55 i: tempo and pitch fall together. The march's eighth notes
+        // now come 121 times a minute, near the 130-BPM prior; the beat is the slower level.
+        let speed = 0.55
+        var out: [Float] = []
+        var pos = 0.0
+        while pos < Double(source.count - 1) {
+            let i = Int(pos), f = Float(pos - Double(i))
+            out.append(source[i] * (1 - f) + source[i + 1] * f)
+            pos += speed
+        }
+        let reference = (0..<truth.beats).map { Double($0) * truth.beatPeriod / speed }
+        let r = try #require(try trackedRhythm(out))
+        let bpm = 60 * speed / truth.beatPeriod
+        #expect(abs((r.bpm ?? 0) / bpm - 1) < 0.03, "bpm \(String(describing: r.bpm)), written \(bpm)")
+        #expect(BeatTracker.fMeasure(estimated: r.beats, reference: reference) >= 0.9)
+    }
+
     @Test("analyses stored before version 3 (without tempo) still decode; the tempo round-trips")
     func codable() throws {
         let old = #"{"beats":[0.5,1,1.5],"bars":[0.5],"beatsPerBar":4,"bpm":120,"duration":2}"#
