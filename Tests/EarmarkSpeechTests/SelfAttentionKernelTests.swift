@@ -39,8 +39,10 @@ struct SelfAttentionKernelTests {
         return out
     }
 
-    static let paths: [(String, Kernel)] = [("dispatched", earmark_self_attention), ("avx512", earmark_self_attention_avx512),
-                                            ("avx2", earmark_self_attention_avx2), ("portable", earmark_self_attention_portable)]
+    static var paths: [(String, Kernel)] {
+        [("dispatched", earmark_self_attention), ("avx512", earmark_self_attention_avx512), ("avx2", earmark_self_attention_avx2),
+         ("portable", earmark_self_attention_portable)]
+    }
 
     // (count, heads, headSize, spread): 1 position; fewer than one block of 16; across the 48-query row blocks and
     // the 3-block and 16-position tails; head sizes that are not multiples of 16 (the portable code on every CPU);
