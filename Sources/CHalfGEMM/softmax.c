@@ -108,6 +108,72 @@ static EARMARK_AVX2 void softmax_avx2(float *x, long count) {
     for (long i = 0; i < full; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inverse));
     if (rest > 0) _mm256_maskstore_ps(x + full, mask, _mm256_mul_ps(_mm256_maskload_ps(x + full, mask), inverse));
 }
+
+void earmark_softmax_avx2(float *x, long count) {
+    if (count > 0) softmax_avx2(x, count);
+}
+
+// The AVX2 softmax's bits 16 values at a time: the same operations in each lane (exp_nonpositive's, lane for lane),
+// the same maximum (exact in any order), and the sum added in the AVX2 code's order (8 lanes, each 16 values' lower
+// then upper half, then the same partial vector and the same reduction).
+#define EARMARK_AVX512 __attribute__((target("avx512f,avx2,fma")))
+
+static inline __attribute__((always_inline)) EARMARK_AVX512 __m512 exp_nonpositive16(__m512 v) {
+    const __m512 lowest = _mm512_set1_ps(-87.3f);
+    __mmask16 underflow = _mm512_cmp_ps_mask(v, lowest, _CMP_LT_OQ);
+    v = _mm512_max_ps(v, lowest);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), v);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    __m512i scale = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    __m512 e = _mm512_mul_ps(p, _mm512_castsi512_ps(scale));
+    return _mm512_maskz_mov_ps((__mmask16)~underflow, e);
+}
+
+EARMARK_AVX512 void earmark_softmax_avx512(float *x, long count) {
+    if (count <= 0) return;
+    long full = count & ~7L, wide = count & ~15L, rest = count - full;
+    __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rest), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m512 top16 = _mm512_set1_ps(-INFINITY);
+    for (long i = 0; i < wide; i += 16) top16 = _mm512_max_ps(top16, _mm512_loadu_ps(x + i));
+    float high = _mm512_reduce_max_ps(top16);
+    for (long i = wide; i < count; i++) high = x[i] > high ? x[i] : high;
+    __m512 shift16 = _mm512_set1_ps(high);
+    __m256 shift = _mm256_set1_ps(high), sum = _mm256_setzero_ps();
+    for (long i = 0; i < wide; i += 16) {
+        __m512 e = exp_nonpositive16(_mm512_sub_ps(_mm512_loadu_ps(x + i), shift16));
+        _mm512_storeu_ps(x + i, e);
+        sum = _mm256_add_ps(sum, _mm512_castps512_ps256(e));
+        sum = _mm256_add_ps(sum, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1)));
+    }
+    if (full > wide) {
+        __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(x + wide), shift));
+        _mm256_storeu_ps(x + wide, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    if (rest > 0) {
+        __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_maskload_ps(x + full, mask), shift));
+        e = _mm256_and_ps(e, _mm256_castsi256_ps(mask));
+        _mm256_maskstore_ps(x + full, mask, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    float inverse = 1 / _mm_cvtss_f32(s);
+    __m512 inverse16 = _mm512_set1_ps(inverse);
+    for (long i = 0; i < wide; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), inverse16));
+    for (long i = wide; i < count; i++) x[i] *= inverse;
+}
 #endif
 
 void earmark_softmax(float *x, long count) {

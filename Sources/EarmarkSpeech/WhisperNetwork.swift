@@ -62,7 +62,7 @@ public final class WhisperNetwork {
     private let qkv: UnsafeMutablePointer<Float>
     private let attended: UnsafeMutablePointer<Float>
     private let wide: UnsafeMutablePointer<Float>
-    private let scores: UnsafeMutablePointer<Float>
+    private let attentionScratch: UnsafeMutablePointer<Float>
     private let encoded: UnsafeMutablePointer<Float>
     /// The packed int8 GEMM's quantised input rows (`earmark_int8_gemm_packed_scratch_count(4 · d)`; one value with
     /// Float32 encoder weights).
@@ -166,9 +166,9 @@ public final class WhisperNetwork {
         }
         // One arena serves the encoder's scratch and then the cross-attention keys and values: the encoder's
         // intermediate values are dead once its output is in `encoded`. In the encoder, the im2col columns and the
-        // attention scores share the feed-forward buffer and the stem shares the query/key/value buffer.
+        // self-attention's scratch share the feed-forward buffer and the stem shares the query/key/value buffer.
         let qkvSize = max(3 * context * d, frames * d)
-        let wideSize = max(4 * context * d, frames * mels * 3, context * d * 3, context * context)
+        let wideSize = max(4 * context * d, frames * mels * 3, context * d * 3, earmark_self_attention_scratch_count(context, d / a.audioHeads))
         // Left uninitialised: the encoder and prepareDecoder() write every value they read later, so the arena's 37 MB
         // only become resident at the first window (after speech detection has freed its buffers, in `transcribe`).
         let crossLayerStride = a.audioHeads * earmark_attention_packed_count(context, d / a.audioHeads)
@@ -181,7 +181,7 @@ public final class WhisperNetwork {
         qkv = arena + 3 * context * d
         wide = qkv + qkvSize
         columns = wide
-        scores = wide
+        attentionScratch = wide
         stem = qkv
         encoded = buffer(context * d)
         crossKeys = arena
@@ -283,14 +283,9 @@ public final class WhisperNetwork {
         for layer in encoderLayers {
             WhisperNetwork.layerNorm(x, rows: T, width: d, layer.attentionNorm, into: h)
             encoderAffine(h, rows: T, layer.qkv, into: qkv, accumulate: false)
-            for head in 0..<heads {
-                let q = qkv + head * hs, k = qkv + d + head * hs, v = qkv + 2 * d + head * hs
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(T), Int32(T), Int32(hs), scale,
-                            q, Int32(3 * d), k, Int32(3 * d), 0, scores, Int32(T))
-                for r in 0..<T { WhisperNetwork.softmax(scores + r * T, count: T) }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Int32(T), Int32(hs), Int32(T), 1,
-                            scores, Int32(T), v, Int32(3 * d), 0, attended + head * hs, Int32(d))
-            }
+            // All heads in one call: per head the keys packed once, 48 queries' scores at a time made, normalised and
+            // applied while in cache (no T × T score matrix, no repacking, no zero-filling; see earmark_self_attention).
+            earmark_self_attention(T, heads, hs, qkv, qkv + d, qkv + 2 * d, 3 * d, scale, attended, d, attentionScratch)
             encoderAffine(attended, rows: T, layer.output, into: x, accumulate: true)
             WhisperNetwork.layerNorm(x, rows: T, width: d, layer.ffnNorm, into: h)
             encoderAffine(h, rows: T, layer.ffn0, into: wide, accumulate: false)

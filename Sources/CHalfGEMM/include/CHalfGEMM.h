@@ -128,4 +128,27 @@ void earmark_attention_scores_portable(long rows, long count, long headSize, con
 void earmark_attention_values_portable(long rows, long count, long headSize, const float *weights, long ldw,
                                        const float *packedValues, float *out, long ldo);
 
+// Self-attention of `count` positions (the encoder's queries, keys and values, as its projections leave them: row t of
+// head h at q + t·ld + h·headSize, k + …, v + …) for `heads` heads of `headSize`:
+//     out[t·ldo + h·headSize + c] = Σ_u softmax_u(scale · Σ_p q[t][h][p] · k[u][h][p]) · v[u][h][c].
+// A score is a chain of fused multiply-adds from 0 over p = 0, 1, … times `scale`, an output a chain over u = 0, 1, …;
+// the softmax is earmark_softmax's. No score matrix is made: per head the keys are packed and the values copied once,
+// then 48 queries at a time are scored, normalised and applied while their scores are in cache. Chooses at run time
+// AVX-512 F code, else AVX2 + FMA code (both when headSize is a multiple of 16), else portable C; the AVX-512 and AVX2
+// code give the same bits (same chains, the same AVX2 softmax), the portable code the same chains with libm's expf in
+// the softmax (earmark_softmax_portable), so within the softmax's rounding of them.
+// `scratch` holds earmark_self_attention_scratch_count(count, headSize) floats.
+long earmark_self_attention_scratch_count(long count, long headSize);
+void earmark_self_attention(long count, long heads, long headSize, const float *q, const float *k, const float *v,
+                            long ld, float scale, float *out, long ldo, float *scratch);
+// One path forced (a path the CPU lacks, or a headSize it does not take, falls back to the next), for tests.
+void earmark_self_attention_portable(long count, long heads, long headSize, const float *q, const float *k,
+                                     const float *v, long ld, float scale, float *out, long ldo, float *scratch);
+void earmark_self_attention_avx2(long count, long heads, long headSize, const float *q, const float *k, const float *v,
+                                 long ld, float scale, float *out, long ldo, float *scratch);
+void earmark_self_attention_avx512(long count, long heads, long headSize, const float *q, const float *k,
+                                   const float *v, long ld, float scale, float *out, long ldo, float *scratch);
+// The code earmark_self_attention runs on this CPU: "avx512", "avx2" or "portable".
+const char *earmark_self_attention_path(void);
+
 #endif
