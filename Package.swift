@@ -98,7 +98,7 @@ let package = Package(
         .executableTarget(name: "earmark-music-bench", dependencies: ["EarmarkKit", "EarmarkDSP"]),
         .executableTarget(name: "earmark-speech-bench", dependencies: ["EarmarkKit"]),
         // Matching against catalogs of 100 h to 10,000 h grown with EarmarkSynthetic (tools/scale-bench.sh).
-        .executableTarget(name: "earmark-scale-bench", dependencies: ["EarmarkKit", "EarmarkSynthetic"]),
+        .executableTarget(name: "earmark-scale-bench", dependencies: ["EarmarkKit", "EarmarkCatalogPostgres", "EarmarkSynthetic"]),
         .target(name: "EarmarkTestSupport", dependencies: ["EarmarkKit", "EarmarkDSP"], path: "Tests/EarmarkTestSupport"),
 
         .testTarget(name: "EarmarkAudioTests", dependencies: ["EarmarkAudio", "EarmarkTestSupport"]),

@@ -28,6 +28,10 @@
 #   tools/scale-bench.sh --postgres                    # each catalog's copy in a PostgreSQL 15 server instead of the file: a
 #                                                      # cluster kept in $EARMARK_PG_DIR (default /var/tmp/earmark-scale-postgres),
 #                                                      # started on a free port for the run and stopped after it
+#   SHARDS=3 tools/scale-bench.sh --postgres          # … sharded: that server is the coordinator of 3 more clusters started
+#                                                      # beside it on loopback TCP ($EARMARK_PG_DIR/shard-K)
+#   tools/scale-bench.sh --clients 8                   # also the throughput of 8 matching threads at once, each its own store
+#   tools/scale-bench.sh --postgres --writers 1,4      # also ingest speed into a new catalog with 1 and then 4 writers at once
 #   tools/scale-bench.sh --reversed-share 0.25         # the large-catalog issue's generator: 3/4 of the synthetic stretches
 #                                                      # play forwards, bin-shifted, time-scaled copies of real audio
 #                                                      # (the default reverses all: no speed/pitch copies of real audio)
@@ -68,9 +72,25 @@ if [[ " $* " == *" --postgres "* ]]; then
   trap 'as_pg "$PGBIN/pg_ctl" -D "$PGDIR/data" -m fast -w stop >/dev/null' EXIT
   export PGHOST=$PGDIR PGPORT PGUSER=postgres
   echo "PostgreSQL 15 in $PGDIR, socket $PGDIR/.s.PGSQL.$PGPORT"
+  # SHARDS=N: N more clusters on loopback TCP, each catalog's copy sharded over them (the first is the coordinator).
+  shard_args=()
+  stop_shards=""
+  for k in $(seq 1 "${SHARDS:-0}"); do
+    dir=$PGDIR/shard-$k
+    mkdir -p "$dir"
+    [ "$(id -u)" = 0 ] && chown postgres:postgres "$dir"
+    [ -f "$dir/data/PG_VERSION" ] || as_pg "$PGBIN/initdb" -D "$dir/data" -A trust -U postgres -E UTF8 --locale=C >/dev/null
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    as_pg "$PGBIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 300 \
+      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c shared_buffers=512MB -c max_connections=50" start >/dev/null
+    stop_shards+="as_pg $PGBIN/pg_ctl -D $dir/data -m fast -w stop >/dev/null; "
+    shard_args+=(--shard "postgres://postgres@127.0.0.1:$port")
+    trap "$stop_shards"'as_pg "$PGBIN/pg_ctl" -D "$PGDIR/data" -m fast -w stop >/dev/null' EXIT
+    echo "shard $k: PostgreSQL 15 in $dir, 127.0.0.1:$port"
+  done
 fi
 mkdir -p "$ROOT/scale/logs"
 log="$ROOT/scale/logs/scale-bench-$(date -u +%Y%m%dT%H%M%SZ).log"
 "$bin/earmark-scale-bench" --corpus "$ROOT/corpus/public" --queries "$QDIR" "${skew[@]}" --sizes "$SIZES" --seed "$SEED" \
-  --minutes "$MINUTES" --cache "$ROOT/scale" --earmark "$bin/earmark" "$@" 2>&1 | tee "$log"
+  --minutes "$MINUTES" --cache "$ROOT/scale" --earmark "$bin/earmark" ${shard_args[@]+"${shard_args[@]}"} "$@" 2>&1 | tee "$log"
 echo "output kept in $log"

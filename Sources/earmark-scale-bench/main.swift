@@ -34,6 +34,14 @@ struct Options {
     var matchOptions: [String] = []
     /// Measure each catalog's copy on a PostgreSQL server (the one `PGHOST`, `PGPORT` and `PGUSER` name) instead of the file.
     var postgres = false
+    /// Shard servers (postgres://user@host:port) each PostgreSQL copy is sharded over (`--shard`, repeatable).
+    var shards: [String] = []
+    /// Clients matching at once in the throughput measurement (0: not measured).
+    var clients = 0
+    /// Numbers of writers the ingest measurement runs with, one after the other (empty: not measured).
+    var writers: [Int] = []
+    /// Hours of synthetic tracks each ingest run adds.
+    var ingestHours = 20.0
     /// Names catalogs of a generator other than the issue's (a quarter reversed) apart, in the cache.
     var variant: String {
         reversedShare == SyntheticTrackGenerator.reverseProbability ? "" : "-rev\(Int((reversedShare * 100).rounded()))"
@@ -45,6 +53,7 @@ func usage(_ status: Int32) -> Never {
     usage: earmark-scale-bench --corpus DIR/corpus/public --queries DIR/queries/NAME [--skew-queries DIR/queries/NAME]
                                [--sizes 100,1000,10000] [--seed N] [--cache DIR] [--earmark PATH] [--cold-sample N] [--minutes M] [--workers N]
                                [--landmarks pairs|triplets] [--no-compact] [--reversed-share S] [--match-option NAME=VALUE]… [--postgres]
+                               [--shard postgres://user@host:port]… [--clients N] [--writers 1,4] [--ingest-hours H]
       --sizes         catalog sizes in hours of audio, built (or taken from --cache) in increasing order
       --cache         where catalogs and clip signatures are kept (default ~/.cache/earmark-corpus/scale)
       --earmark       the CLI timed as a fresh process (default: earmark next to this executable)
@@ -61,6 +70,13 @@ func usage(_ status: Int32) -> Never {
       --postgres      measure a copy of each catalog in a database of the PostgreSQL server that PGHOST, PGPORT and
                       PGUSER name (database scale_…, made with `earmark catalog copy` and `catalog migrate --compact`
                       once, kept while it holds as many tracks), instead of the file; its copy and compaction are timed
+      --shard         (with --postgres) a shard server: each copy is a catalog sharded over these (postgres_fdw partitions;
+                      the PGHOST server is the coordinator), database scale_…_sN on each; repeat per shard
+      --clients       also the throughput of N matching threads at once (and of one, for the ratio), each with its own
+                      connection, over the 10-s clips (each matched once per run)
+      --writers       also the ingest speed into a new catalog (a new database with --postgres) by that many writer
+                      threads at once, each with its own connection, one run per number (e.g. 1,4)
+      --ingest-hours  hours of synthetic tracks each ingest run adds (default 20)
       --match-option  replaces one of the matching process's MatchOptions (the CLI runs keep the defaults), for
                       experiments: \(MatchOptions.overridable.joined(separator: ", "))
                       (e.g. candidates=32); repeatable. --explained-share X is --match-option explainedShare=X
@@ -96,6 +112,19 @@ func parseOptions(_ arguments: [String]) -> Options {
             }
         case "--no-compact": o.compact = false
         case "--postgres": o.postgres = true
+        case "--shard":
+            guard let url = args.next(), PostgresURL.isPostgresURL(url) else { usage(2) }
+            o.shards.append(url.hasSuffix("/") ? String(url.dropLast()) : url)
+        case "--clients":
+            guard let n = Int(args.next() ?? ""), n >= 1 else { usage(2) }
+            o.clients = n
+        case "--writers":
+            let ns = (args.next() ?? "").split(separator: ",").map { Int($0) }
+            guard !ns.isEmpty, ns.allSatisfy({ ($0 ?? 0) >= 1 }) else { usage(2) }
+            o.writers = ns.map { $0! }
+        case "--ingest-hours":
+            guard let h = Double(args.next() ?? ""), h > 0 else { usage(2) }
+            o.ingestHours = h
         case "--reversed-share":
             guard let share = Double(args.next() ?? ""), (0...1).contains(share) else { usage(2) }
             o.reversedShare = share
@@ -107,7 +136,7 @@ func parseOptions(_ arguments: [String]) -> Options {
         default: usage(2)
         }
     }
-    guard !o.corpus.isEmpty, !o.queries.isEmpty else { usage(2) }
+    guard !o.corpus.isEmpty, !o.queries.isEmpty, o.shards.isEmpty || o.postgres else { usage(2) }
     return o
 }
 
@@ -799,6 +828,7 @@ struct SizeSummary {
     var peakRSSMB: Double
     var skewRecall: (Int, Int)?
     var skewLookAlikes = 0
+    var throughput: [ThroughputRun] = []
 }
 
 struct Context {
@@ -871,13 +901,15 @@ func measure(_ catalog: ScaleCatalog, location: String? = nil, record: BuildReco
     let location = location ?? catalog.path
     let onFile = CatalogStores.isFile(location)
     let stats = try CatalogStores.open(location, access: .read).stats()
-    let bytes = onFile ? catalogBytes(location) : (file: stats.fileBytes, index: Int64(0))
+    let onShards = onFile ? 0 : shardBytes((try? PostgresURL(location).database) ?? "", shards: o.shards)
+    let bytes = onFile ? catalogBytes(location) : (file: stats.fileBytes, index: onShards)
     let total = bytes.file + bytes.index
     say("catalog: \(stats.trackCount) tracks (\(record.map { "\($0.realTracks) real + \($0.tracks - $0.realTracks) synthetic" } ?? "?")), \(fmt(stats.totalDuration / 3600, 2)) h, \(stats.landmarkCount) postings")
     if onFile {
         say("size: \(mb(total)) (file \(mb(bytes.file)), index folder \(mb(bytes.index))) = \(fmt(Double(total) / 1e6 / (stats.totalDuration / 3600), 3)) MB per hour of audio")
     } else {
-        say("size: \(mb(total)) in the database \(CatalogStores.shown(location)) (its tables and indexes) = \(fmt(Double(total) / 1e6 / (stats.totalDuration / 3600), 3)) MB per hour of audio")
+        say("size: \(mb(total)) in the database \(CatalogStores.shown(location)) (its tables and indexes"
+            + (o.shards.isEmpty ? "" : "; \(mb(bytes.file)) on the coordinator, \(mb(onShards)) on \(o.shards.count) shards, each database whole") + ") = \(fmt(Double(total) / 1e6 / (stats.totalDuration / 3600), 3)) MB per hour of audio")
     }
 
     // --- Warm matching in a child process ---------------------------------------------------------
@@ -910,6 +942,28 @@ func measure(_ catalog: ScaleCatalog, location: String? = nil, record: BuildReco
             ", of it its own (anonymous) memory at most \(fmt($0, 0)) MB, the rest "
                 + (onFile ? "index pages mapped from the page cache" : "the program's own mapped files (the index is on the server)")
         } ?? ""))
+
+    // --- Throughput: several clients at once ------------------------------------------------------
+    var throughput: [ThroughputRun] = []
+    if o.clients > 0 {
+        let tens = ordered.filter { $0.querySet == "main" && $0.duration == 10 }
+        try ("key\tpath\n" + tens.map { "\($0.key)\t\($0.signaturePath)\n" }.joined()).write(toFile: tmp + ".tsv", atomically: true, encoding: .utf8)
+        let counts = o.clients == 1 ? [1] : [1, o.clients]
+        let t = spawn([context.selfPath, "__throughput", location, tmp + ".tsv", tmp + ".json", counts.map(String.init).joined(separator: ",")]
+                          + o.matchOptions, quiet: false)
+        if t.status == 0, let data = FileManager.default.contents(atPath: tmp + ".json") {
+            throughput = try JSONDecoder().decode([ThroughputRun].self, from: data)
+            say("throughput on the \(tens.count) 10-s clips, each matched once, every client with its own connection (peak RSS of the process \(t.peakRSSKB / 1024) MB):")
+            for r in throughput {
+                let l = Latency(r.ms)
+                say("  \(r.clients) client\(r.clients == 1 ? "" : "s"): \(r.queries) queries in \(fmt(r.seconds, 1)) s = \(fmt(r.perSecond, 1)) queries/s (\(fmt(r.perSecond * 10, 0))× real time)"
+                    + (r.clients > 1 ? ", \(fmt(r.perSecond / throughput[0].perSecond, 2))× one client's" : "")
+                    + "; latency median \(fmt(l.median, 1)) ms, p99 \(fmt(l.p99, 1)) ms" + (r.errors > 0 ? "; \(r.errors) errors" : ""))
+            }
+        } else {
+            say("throughput: the process failed (exit \(t.status))")
+        }
+    }
 
     // --- Recall --------------------------------------------------------------------------------------
     let main = measured.filter { $0.querySet == "main" }
@@ -1076,7 +1130,7 @@ func measure(_ catalog: ScaleCatalog, location: String? = nil, record: BuildReco
                        match10CPU: latency(matched: true, tenSeconds: true, cpu: true),
                        none10CPU: latency(matched: false, tenSeconds: true, cpu: true),
                        firstMs: report.firstMs, coldMatch: coldMatch, coldNone: coldNone, peakRSSMB: rssMB, skewRecall: skewRecall,
-                       skewLookAlikes: skewLookAlikes)
+                       skewLookAlikes: skewLookAlikes, throughput: throughput)
 }
 
 func printSummary(_ rows: [SizeSummary]) {
@@ -1101,6 +1155,11 @@ func printSummary(_ rows: [SizeSummary]) {
         while cells.count < header.count { cells.append("-") }
         say(line(cells))
     }
+    for r in rows where !r.throughput.isEmpty {
+        say("throughput at \(r.hours) h (10-s clips): " + r.throughput.map { t in
+            "\(t.clients) client\(t.clients == 1 ? "" : "s") \(fmt(t.perSecond, 1)) queries/s (median \(fmt(Latency(t.ms).median, 1)) ms, p99 \(fmt(Latency(t.ms).p99, 1)) ms)"
+        }.joined(separator: ", "))
+    }
     guard rows.count > 1 else { return }
     say("")
     say("latency relative to \(base.hours) h")
@@ -1123,21 +1182,26 @@ func printSummary(_ rows: [SizeSummary]) {
 /// The URL of `target`'s copy in a database of its own on the server that PGHOST, PGPORT and PGUSER name: made with
 /// `earmark catalog copy` (one writer; verified) and `catalog migrate --compact` the first time, both timed; reused
 /// while it holds as many tracks as the file.
-func postgresCopy(of target: ScaleCatalog, earmark: String) throws -> String {
+func postgresCopy(of target: ScaleCatalog, earmark: String, shards: [String], design: SignatureConfiguration) throws -> String {
     let stem = ((target.path as NSString).lastPathComponent as NSString).deletingPathExtension
-    let name = "scale_" + String(stem.lowercased().map { $0.isLetter || $0.isNumber ? $0 : "_" })
+    let name = "scale_" + String(stem.lowercased().map { $0.isLetter || $0.isNumber ? $0 : "_" }) + (shards.isEmpty ? "" : "_s\(shards.count)")
     let url = "postgres:///\(name)"
     let want = try Catalog(path: target.path, readOnly: true).stats()
     if (try? CatalogStores.open(url, access: .read).trackCount()) == want.trackCount {
-        say("postgres: \(url) holds the copy already")
+        say("postgres: \(url) holds the copy already" + (shards.isEmpty ? "" : ", sharded over \(shards.count) servers"))
         return url
     }
-    _ = spawn(["/usr/lib/postgresql/15/bin/createdb", name], quiet: true)   // fails when it exists: then the copy resumes
+    _ = try preparePostgresCatalog(name, shards: shards, design: design)   // when there, the copy resumes
     let copy = spawn([earmark, "catalog", "copy", target.path, url], quiet: true)
     guard copy.status == 0 else { throw CatalogError(.ioError, "earmark catalog copy failed (exit \(copy.status))", path: url) }
     let compact = spawn([earmark, "catalog", "migrate", "--compact", "--catalog", url], quiet: true)
     guard compact.status == 0 else { throw CatalogError(.ioError, "earmark catalog migrate --compact failed (exit \(compact.status))", path: url) }
-    say("postgres: copied into \(url) in \(fmt(copy.seconds, 1)) s (\(fmt(want.totalDuration / max(copy.seconds, 1e-9), 0))× real time, one writer, verified; peak RSS \(copy.peakRSSKB / 1024) MB), index compacted in \(fmt(compact.seconds, 1)) s")
+    // A coordinator vacuums only its own tables; each shard the buckets that compaction replaced.
+    let vacuum = ContinuousClock.now
+    for s in shards { _ = psqlValue(s, name, "VACUUM (FULL, ANALYZE) index_buckets") }
+    say("postgres: copied into \(url)" + (shards.isEmpty ? "" : " (sharded over \(shards.count) servers)")
+        + " in \(fmt(copy.seconds, 1)) s (\(fmt(want.totalDuration / max(copy.seconds, 1e-9), 0))× real time, one writer, verified; peak RSS \(copy.peakRSSKB / 1024) MB), index compacted in \(fmt(compact.seconds, 1)) s"
+        + (shards.isEmpty ? "" : ", the shards vacuumed in \(fmt(seconds(ContinuousClock.now - vacuum), 1)) s"))
     return url
 }
 
@@ -1150,6 +1214,15 @@ if arguments.first == "__match" {
         try runChild(catalogPath: arguments[1], list: arguments[2], out: arguments[3], budget: budget,
                      matchOptions: Array(arguments.dropFirst(5)))
     } catch { note("matching process: \(error)"); exit(2) }
+    exit(0)
+}
+if arguments.first == "__throughput" {
+    guard arguments.count >= 5 else { usage(2) }
+    let counts = arguments[4].split(separator: ",").compactMap { Int($0) }
+    do {
+        try runThroughputChild(catalogPath: arguments[1], list: arguments[2], out: arguments[3], clients: counts,
+                               matchOptions: Array(arguments.dropFirst(5)))
+    } catch { note("throughput process: \(error)"); exit(2) }
     exit(0)
 }
 
@@ -1215,7 +1288,11 @@ for hours in o.sizes {
     } else if let took = record?.compactSeconds {
         say("compacted after its build in \(fmt(took, 1)) s")
     }
-    let location = o.postgres ? try postgresCopy(of: target, earmark: earmark) : nil
+    let location = o.postgres ? try postgresCopy(of: target, earmark: earmark, shards: o.shards, design: design) : nil
     summaries.append(try measure(target, location: location, record: record, clips: clips, context: context))
 }
 printSummary(summaries)
+if !o.writers.isEmpty {
+    _ = try await measureIngest(writers: o.writers, hours: o.ingestHours, postgres: o.postgres, shards: o.shards, folder: o.cache,
+                                generator: generator, design: design, workers: o.workers)
+}
