@@ -37,6 +37,14 @@ public final class PostgresCatalog: CatalogStore {
     private let logger: Logger
     /// The segments, removed tracks and pending postings lookups use, as of a change counter.
     var indexState: IndexState?
+    /// This catalog's number in the process's ``BucketCache`` (read at the first lookup).
+    var bucketCacheNumber: Int32?
+    /// Whether lookups keep the index buckets they fetch in the process's cache and read them from there again
+    /// (`EARMARK_PG_CACHE_MB` bounds it; docs/postgres.md). A bucket never changes once written, so the cache is
+    /// always right; turn it off only to see buckets changed in place on the server (damage tests). Default true.
+    public var cachesBuckets = true
+    /// Index buckets this store's lookups asked the server for, and found in the process's cache (for tests).
+    package internal(set) var bucketReads: (server: Int, cache: Int) = (0, 0)
     private var countedTracks: (count: Int, version: Int64)?
     /// The schema version of the catalog on the server (older than ``schemaVersion`` when opened read-only).
     var schema = 0

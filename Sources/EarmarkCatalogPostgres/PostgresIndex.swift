@@ -134,8 +134,29 @@ extension PostgresCatalog {
             guard let expecting else { return FetchedBuckets() }
             return try changes() == expecting ? FetchedBuckets() : nil
         }
+        var out = FetchedBuckets()
+        out.ranges.reserveCapacity(segments.count)
+        let cache = BucketCache.shared
+        var keys: [BucketCache.Key] = []
+        if cache.enabled, cachesBuckets {
+            let catalog = try cacheNumber()
+            keys = zip(segments, buckets).map { BucketCache.Key(catalog: catalog, segment: $0, bucket: $1) }
+            let missing = cache.read(keys, into: &out)
+            bucketReads.cache += keys.count - missing.count
+            if missing.count < keys.count {
+                keys = missing.map { keys[$0] }
+                segments = missing.map { segments[$0] }
+                buckets = missing.map { buckets[$0] }
+            }
+            if missing.isEmpty {
+                out.bytes += repeatElement(0, count: 8)
+                guard let expecting else { return out }
+                return try changes() == expecting ? out : nil
+            }
+        }
         let rows: [PostgresRow]
         var wanted: Set<Int64>?
+        bucketReads.server += segments.count
         if shards.isEmpty {
             rows = try run(PostgresCatalog.bucketFetchSQL(sharded: false), PostgresCatalog.binds { $0.append(segments); $0.append(buckets) },
                            deadline: readTimeout)
@@ -148,30 +169,46 @@ extension PostgresCatalog {
         guard rows.count == 1 else { throw damaged("the index's change counter is missing") }
         let (version, packed) = try decode(rows[0], (Int64, ByteBuffer?).self, "the index buckets")
         if let expecting, version != expecting { return nil }
-        var out = FetchedBuckets()
-        guard let packed else { return out }
-        out.bytes.reserveCapacity(packed.readableBytes + 8)
-        out.ranges.reserveCapacity(segments.count)
-        try packed.withUnsafeReadableBytes { raw in
-            var at = 0
-            while at < raw.count {
-                guard raw.count - at >= 16 else { throw damaged("an index bucket's header is cut short") }
-                let segment = Int64(bigEndian: raw.loadUnaligned(fromByteOffset: at, as: Int64.self))
-                let bucket = Int32(bigEndian: raw.loadUnaligned(fromByteOffset: at + 8, as: Int32.self))
-                let length = Int(Int32(bigEndian: raw.loadUnaligned(fromByteOffset: at + 12, as: Int32.self)))
-                at += 16
-                guard bucket >= 0, length >= 0, length <= raw.count - at else { throw damaged("index segment \(segment)'s bucket \(bucket) is cut short") }
-                let key = FetchedBuckets.key(segment, Int(bucket))
-                if wanted?.contains(key) ?? true {
-                    let start = out.bytes.count
-                    out.bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[at..<at + length]))
-                    out.ranges[key] = start..<out.bytes.count
+        var fetched: [Int64: Range<Int>] = [:]
+        if let packed {
+            out.bytes.reserveCapacity(out.bytes.count + packed.readableBytes + 8)
+            try packed.withUnsafeReadableBytes { raw in
+                var at = 0
+                while at < raw.count {
+                    guard raw.count - at >= 16 else { throw damaged("an index bucket's header is cut short") }
+                    let segment = Int64(bigEndian: raw.loadUnaligned(fromByteOffset: at, as: Int64.self))
+                    let bucket = Int32(bigEndian: raw.loadUnaligned(fromByteOffset: at + 8, as: Int32.self))
+                    let length = Int(Int32(bigEndian: raw.loadUnaligned(fromByteOffset: at + 12, as: Int32.self)))
+                    at += 16
+                    guard bucket >= 0, length >= 0, length <= raw.count - at else { throw damaged("index segment \(segment)'s bucket \(bucket) is cut short") }
+                    let key = FetchedBuckets.key(segment, Int(bucket))
+                    if wanted?.contains(key) ?? true {
+                        let start = out.bytes.count
+                        out.bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[at..<at + length]))
+                        out.ranges[key] = start..<out.bytes.count
+                        fetched[key] = start..<out.bytes.count
+                    }
+                    at += length
                 }
-                at += length
             }
+        }
+        // Buckets the server did not have hold no postings: kept as such, so that they are not asked for again.
+        if !keys.isEmpty {
+            cache.store(keys.map { k in (k, fetched[FetchedBuckets.key(k.segment, Int(k.bucket))].map { Array(out.bytes[$0]) } ?? []) })
         }
         out.bytes += repeatElement(0, count: 8)
         return out
+    }
+
+    /// This catalog's number in the process's ``BucketCache``: its location, the database's oid and the catalog's
+    /// creation time, so that a database dropped and made again under the same name shares no cached buckets.
+    func cacheNumber() throws -> Int32 {
+        if let n = bucketCacheNumber { return n }
+        let row = try run("SELECT (SELECT oid::int8 FROM pg_database WHERE datname = current_database()), (SELECT value FROM catalog_info WHERE key = 'created_at')").first
+        let (oid, created) = try row.map { try decode($0, (Int64?, String?).self, "the catalog's identity") } ?? (nil, nil)
+        let n = BucketCache.shared.catalogNumber("\(location)|\(oid ?? -1)|\(created ?? "")")
+        bucketCacheNumber = n
+        return n
     }
 
     /// Every lookup waits for the server (and through a coordinator, for its shards).

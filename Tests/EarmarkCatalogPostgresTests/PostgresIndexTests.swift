@@ -203,6 +203,53 @@ struct PostgresIndexTests {
         #expect(try reader.check().isEmpty)
     }
 
+    @Test("the process's bucket cache: a lookup again reads no bucket from the server; after adds, merges, a remove and compaction the lookups are still the SQLite store's")
+    func bucketCache() throws {
+        let server = try PostgresServer()
+        defer { server.stop() }
+        let dir = try TemporaryDirectory("pg-cache")
+        let sqlite = try Catalog(path: dir.path("s.earcat"), create: true)
+        let pg = try PostgresCatalog(url: server.url, create: true)
+        sqlite.flushPostings = 5000
+        pg.flushPostings = 5000
+        let tracks = syntheticTracks(8, seed: 900)
+        for (new, landmarks) in tracks.prefix(4) {
+            _ = try sqlite.add(new, landmarks: landmarks, peaks: [])
+            _ = try pg.add(new, landmarks: landmarks, peaks: [])
+        }
+        try sqlite.flushIndex()
+        try pg.flushIndex()
+        let hashes = Array(Set(tracks.flatMap { $0.1.map(\.hash) } + [1 << 20, 5])).sorted()
+        let reader = try PostgresCatalog(url: server.url, readOnly: true)
+        try expectSameLookups(sqlite, reader, hashes, "first reads")
+        #expect(reader.bucketReads.server > 0)
+        // A second store of the process (another serve worker) finds every bucket in the cache, empty ones too.
+        let other = try PostgresCatalog(url: server.url, readOnly: true)
+        try expectSameLookups(sqlite, other, hashes, "from the cache")
+        #expect(other.bucketReads.server == 0 && other.bucketReads.cache > 0, "\(other.bucketReads)")
+        // New segments (then merged with the cached one) are read from the server; the answers follow them.
+        for (new, landmarks) in tracks.suffix(4) {
+            _ = try sqlite.add(new, landmarks: landmarks, peaks: [])
+            _ = try pg.add(new, landmarks: landmarks, peaks: [])
+        }
+        try sqlite.flushIndex()
+        try pg.flushIndex()
+        try expectSameLookups(sqlite, other, hashes, "after more adds")
+        #expect(other.bucketReads.server > 0)
+        let removed = try #require(try pg.tracks().first { $0.title == "T2" })
+        try sqlite.remove(ids: [removed.id])
+        try pg.remove(ids: [removed.id])
+        try sqlite.compact()
+        try pg.compact()
+        try expectSameLookups(sqlite, other, hashes, "after remove and compaction")
+        #expect(try postingSequence(other, hashes).allSatisfy { $0.track != removed.contentHash })
+        // Off: every bucket from the server.
+        let uncached = try PostgresCatalog(url: server.url, readOnly: true)
+        uncached.cachesBuckets = false
+        try expectSameLookups(sqlite, uncached, hashes, "without the cache")
+        #expect(uncached.bucketReads.cache == 0)
+    }
+
     @Test("a damaged bucket or segment description gives .damaged, never a crash; check lists it")
     func damagedIndex() throws {
         let server = try PostgresServer()
@@ -216,6 +263,8 @@ struct PostgresIndexTests {
         for (blob, what) in [("\\xff", "frame width 255"), ("\\x00", "frame width 0"), ("\\x10", "")] {
             try server.sql("UPDATE index_buckets SET data = '\(blob)' WHERE bucket = (SELECT min(bucket) FROM index_buckets)")
             let reader = try PostgresCatalog(url: server.url, readOnly: true)
+            // Buckets never change in place but here: the process's cache would still hold the last damage.
+            reader.cachesBuckets = false
             if !what.isEmpty {
                 let e = catalogError { try reader.lookup(hashes: hashes) { _, _, _ in } }
                 #expect(e?.code == .damaged && e?.message.contains(what) == true, "\(String(describing: e))")

@@ -185,6 +185,8 @@ struct ShardedCatalogTests {
         for (new, landmarks) in syntheticTracks(3, seed: 700) { _ = try pg.add(new, landmarks: landmarks, peaks: randomPeaks(seed: 7, count: 50)) }
         try pg.flushIndex()
         let reader = try PostgresCatalog(url: servers.coordinator.url, readOnly: true)
+        // Every lookup has to ask the shards: the few buckets of this small index would all be in the cache.
+        reader.cachesBuckets = false
         var before = 0
         try reader.lookup(hashes: Array(0..<4096)) { _, _, _ in before += 1 }
         #expect(before > 0)
