@@ -63,30 +63,27 @@ if [[ " $* " == *" --postgres "* ]]; then
   PGBIN=/usr/lib/postgresql/15/bin
   PGDIR=${EARMARK_PG_DIR:-/var/tmp/earmark-scale-postgres}
   as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
-  mkdir -p "$PGDIR"
-  [ "$(id -u)" = 0 ] && chown postgres:postgres "$PGDIR"
-  [ -f "$PGDIR/data/PG_VERSION" ] || as_pg "$PGBIN/initdb" -D "$PGDIR/data" -A trust -U postgres -E UTF8 --locale=C >/dev/null
-  PGPORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  as_pg "$PGBIN/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/server.log" -w -t 300 \
-    -o "-p $PGPORT -k $PGDIR -c listen_addresses='' -c shared_buffers=1GB -c max_connections=50" start >/dev/null
-  trap 'as_pg "$PGBIN/pg_ctl" -D "$PGDIR/data" -m fast -w stop >/dev/null' EXIT
-  export PGHOST=$PGDIR PGPORT PGUSER=postgres
+  # start_cluster DIR LISTEN SHARED_BUFFERS: a cluster in DIR/data (made once), its socket in DIR, started on a free
+  # port (in $port) that listens on LISTEN ('' for the socket only).
+  start_cluster() {
+    mkdir -p "$1"
+    [ "$(id -u)" = 0 ] && chown postgres:postgres "$1"
+    [ -f "$1/data/PG_VERSION" ] || as_pg "$PGBIN/initdb" -D "$1/data" -A trust -U postgres -E UTF8 --locale=C >/dev/null
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    as_pg "$PGBIN/pg_ctl" -D "$1/data" -l "$1/server.log" -w -t 300 \
+      -o "-p $port -k $1 -c listen_addresses='$2' -c shared_buffers=$3 -c max_connections=50" start >/dev/null
+    stop_all="as_pg $PGBIN/pg_ctl -D $1/data -m fast -w stop >/dev/null; ${stop_all:-}"
+    trap "$stop_all" EXIT
+  }
+  start_cluster "$PGDIR" "" 1GB
+  export PGHOST=$PGDIR PGPORT=$port PGUSER=postgres
   echo "PostgreSQL 15 in $PGDIR, socket $PGDIR/.s.PGSQL.$PGPORT"
   # SHARDS=N: N more clusters on loopback TCP, each catalog's copy sharded over them (the first is the coordinator).
   shard_args=()
-  stop_shards=""
   for k in $(seq 1 "${SHARDS:-0}"); do
-    dir=$PGDIR/shard-$k
-    mkdir -p "$dir"
-    [ "$(id -u)" = 0 ] && chown postgres:postgres "$dir"
-    [ -f "$dir/data/PG_VERSION" ] || as_pg "$PGBIN/initdb" -D "$dir/data" -A trust -U postgres -E UTF8 --locale=C >/dev/null
-    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    as_pg "$PGBIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 300 \
-      -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c shared_buffers=512MB -c max_connections=50" start >/dev/null
-    stop_shards+="as_pg $PGBIN/pg_ctl -D $dir/data -m fast -w stop >/dev/null; "
+    start_cluster "$PGDIR/shard-$k" 127.0.0.1 512MB
     shard_args+=(--shard "postgres://postgres@127.0.0.1:$port")
-    trap "$stop_shards"'as_pg "$PGBIN/pg_ctl" -D "$PGDIR/data" -m fast -w stop >/dev/null' EXIT
-    echo "shard $k: PostgreSQL 15 in $dir, 127.0.0.1:$port"
+    echo "shard $k: PostgreSQL 15 in $PGDIR/shard-$k, 127.0.0.1:$port"
   done
 fi
 mkdir -p "$ROOT/scale/logs"

@@ -15,6 +15,8 @@ struct ThroughputRun: Codable {
     var seconds: Double
     /// Each query's wall time, in ms.
     var ms: [Double]
+    /// Each query's CPU time on its thread, in ms.
+    var cpuMs: [Double] = []
     var perSecond: Double { Double(queries) / max(seconds, 1e-9) }
 }
 
@@ -55,7 +57,7 @@ func runThroughputChild(catalogPath: String, list: String, out: String, clients:
     guard !box.items.isEmpty else { throw CatalogError(.invalidArgument, "no clips listed", path: list) }
     var runs: [ThroughputRun] = []
     for n in clients {
-        let times = Gathered<Double>(), failures = Gathered<String>(), queue = Gathered<Int>()
+        let times = Gathered<Double>(), cpuTimes = Gathered<Double>(), failures = Gathered<String>(), queue = Gathered<Int>()
         let ready = DispatchGroup(), go = DispatchSemaphore(value: 0)
         for _ in 0..<n { ready.enter() }
         let clock = ContinuousClock()
@@ -75,9 +77,10 @@ func runThroughputChild(catalogPath: String, list: String, out: String, clients:
             while true {
                 let k = queue.take()
                 guard k < box.items.count else { break }
-                let t = clock.now
+                let t = clock.now, cpu = threadCPUSeconds()
                 do { _ = try matcher.match(box.items[k]) } catch { failures.append("\(error)"); continue }
                 times.append(seconds(clock.now - t) * 1000)
+                cpuTimes.append((threadCPUSeconds() - cpu) * 1000)
             }
         }
         ready.wait()
@@ -86,7 +89,7 @@ func runThroughputChild(catalogPath: String, list: String, out: String, clients:
         done.wait()
         let wall = seconds(clock.now - t0)
         if let first = failures.all.first { note("  \(n) clients: \(failures.all.count) failures, e.g. \(first)") }
-        runs.append(ThroughputRun(clients: n, queries: times.all.count, errors: failures.all.count, seconds: wall, ms: times.all))
+        runs.append(ThroughputRun(clients: n, queries: times.all.count, errors: failures.all.count, seconds: wall, ms: times.all, cpuMs: cpuTimes.all))
     }
     try JSONEncoder().encode(runs).write(to: URL(fileURLWithPath: out))
 }
