@@ -1187,6 +1187,11 @@ func postgresCopy(of target: ScaleCatalog, earmark: String, shards: [String], de
     let name = "scale_" + String(stem.lowercased().map { $0.isLetter || $0.isNumber ? $0 : "_" }) + (shards.isEmpty ? "" : "_s\(shards.count)")
     let url = "postgres:///\(name)"
     let want = try Catalog(path: target.path, readOnly: true).stats()
+    // The shard servers of this run may listen elsewhere than when the copy was made: the coordinator is told.
+    for (k, s) in shards.enumerated() {
+        guard let u = try? PostgresURL(s + "/" + name), case .tcp(let host) = u.host else { continue }
+        _ = psqlValue(nil, name, "ALTER SERVER earmark_shard_\(k + 1) OPTIONS (SET host '\(host)', SET port '\(u.port)')")
+    }
     if (try? CatalogStores.open(url, access: .read).trackCount()) == want.trackCount {
         say("postgres: \(url) holds the copy already" + (shards.isEmpty ? "" : ", sharded over \(shards.count) servers"))
         return url
