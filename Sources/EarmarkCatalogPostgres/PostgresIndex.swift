@@ -101,17 +101,26 @@ extension PostgresCatalog {
     }
 
     /// The statement that fetches index buckets: `$1` segment ids and `$2` buckets, as (segment, bucket) pairs on one
-    /// server, or as two lists (every combination) through a coordinator. It answers one row: the change counter and
-    /// the buckets as one `bytea`, each as segment (int8), bucket (int4), length (int4) and its bytes. One row of
-    /// 10,000s of buckets costs the server and the client a fraction of a row per bucket.
-    package static func bucketFetchSQL(sharded: Bool) -> String {
+    /// server (`shards` 0), or as two lists (every combination) through a coordinator of `shards` shards. It answers
+    /// one row: the change counter and the buckets as one `bytea`, each as segment (int8), bucket (int4), length
+    /// (int4) and its bytes. One row of 10,000s of buckets costs the server and the client a fraction of a row per
+    /// bucket.
+    package static func bucketFetchSQL(shards: Int) -> String {
         let packed = "string_agg(int8send(b.segment) || int4send(b.bucket) || int4send(length(b.data)) || b.data, ''::bytea)"
-        // Sharded: a join with unnest would fetch whole partitions; plain conditions on the columns are sent to
-        // every shard at once (async foreign scans under one Append), and the exact pairs are picked by the client.
-        let source = sharded
-            ? "index_buckets b WHERE b.bucket = ANY($2::int4[]) AND b.segment = ANY($1::int8[])"
-            : "unnest($1::int8[], $2::int4[]) AS u(segment, bucket) JOIN index_buckets b ON b.segment = u.segment AND b.bucket = u.bucket"
-        return "SELECT s.changes, q.data FROM catalog_state s LEFT JOIN (SELECT \(packed) AS data FROM \(source)) q ON true"
+        guard shards > 0 else {
+            let source = "unnest($1::int8[], $2::int4[]) AS u(segment, bucket) JOIN index_buckets b ON b.segment = u.segment AND b.bucket = u.bucket"
+            return "SELECT s.changes, q.data FROM catalog_state s LEFT JOIN (SELECT \(packed) AS data FROM \(source)) q ON true"
+        }
+        // Sharded: each shard's partition gets only the buckets it holds (PostgreSQL's own hash routing, computed on
+        // the coordinator) as plain conditions, and aggregates them itself: postgres_fdw sends each partition's
+        // aggregate to its shard, all shards at once (async foreign scans under one Append), and each answers one row.
+        // (A join with unnest would fetch whole partitions; the exact pairs are picked by the client.)
+        let parts = (0..<shards).map { k in
+            let mine = "CAST((SELECT array_agg(x) FROM unnest($2::int4[]) x WHERE satisfies_hash_partition('index_buckets'::regclass, \(shards), \(k), x)) AS int4[])"
+            return "SELECT \(packed) AS d FROM index_buckets_\(k + 1) b WHERE b.bucket = ANY(\(mine)) AND b.segment = ANY($1::int8[])"
+        }
+        return "SELECT s.changes, q.data FROM catalog_state s LEFT JOIN (SELECT string_agg(p.d, ''::bytea) AS data FROM ("
+            + parts.joined(separator: " UNION ALL ") + ") p) q ON true"
     }
 
     /// The buckets of the keys in `ordered` (``IndexSegment/order(_:bits:)``) in every segment of `state`; nil when
@@ -158,11 +167,11 @@ extension PostgresCatalog {
         var wanted: Set<Int64>?
         bucketReads.server += segments.count
         if shards.isEmpty {
-            rows = try run(PostgresCatalog.bucketFetchSQL(sharded: false), PostgresCatalog.binds { $0.append(segments); $0.append(buckets) },
+            rows = try run(PostgresCatalog.bucketFetchSQL(shards: 0), PostgresCatalog.binds { $0.append(segments); $0.append(buckets) },
                            deadline: readTimeout)
         } else {
             let distinctSegments = Array(Set(segments)).sorted(), distinctBuckets = Array(Set(buckets)).sorted()
-            rows = try run(PostgresCatalog.bucketFetchSQL(sharded: true),
+            rows = try run(PostgresCatalog.bucketFetchSQL(shards: shards.count),
                            PostgresCatalog.binds { $0.append(distinctSegments); $0.append(distinctBuckets) }, deadline: readTimeout)
             if distinctSegments.count > 1 { wanted = Set(zip(segments, buckets).map { FetchedBuckets.key($0.0, Int($0.1)) }) }
         }
