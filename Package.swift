@@ -96,7 +96,7 @@ let package = Package(
         .executableTarget(name: "earmark-listen-bench", dependencies: ["EarmarkKit", "EarmarkDSP"]),
         .executableTarget(name: "earmark-classify-bench", dependencies: ["EarmarkKit"]),
         .executableTarget(name: "earmark-music-bench", dependencies: ["EarmarkKit", "EarmarkDSP"]),
-        .executableTarget(name: "earmark-speech-bench", dependencies: ["EarmarkKit"]),
+        .executableTarget(name: "earmark-speech-bench", dependencies: ["EarmarkSpeech", "EarmarkClassification"]),
         // Matching against catalogs of 100 h to 10,000 h grown with EarmarkSynthetic (tools/scale-bench.sh).
         .executableTarget(name: "earmark-scale-bench", dependencies: ["EarmarkKit", "EarmarkCatalogPostgres", "EarmarkSynthetic"]),
         .target(name: "EarmarkTestSupport", dependencies: ["EarmarkKit", "EarmarkDSP"], path: "Tests/EarmarkTestSupport"),

@@ -43,8 +43,9 @@ public struct TranscriptionOptions: Sendable, Equatable {
     /// For a window shorter than 30 s (a short recording, or the end of a long one), encode only its audio and this
     /// many seconds of the zero padding after it, instead of the whole 30-s window (nil). The encoder's cost falls
     /// with the frames left out (its attention with their square); the network then reads a shorter context than it
-    /// was trained on, so this is not exactly Whisper's computation (see docs/speech.md for what it does to the
-    /// word error rate).
+    /// was trained on, so this is not exactly Whisper's computation: on one-word prompts it can make the decoder
+    /// repeat the word, so a window whose short decoding fails the fallback's guards or repeats a token three times
+    /// in a row is read again whole (see docs/speech.md for the word error rates).
     public var shortWindowPadding: Double? = nil
 
     /// Options with Whisper's usual guards; `beamSize` 1 decodes greedily.
@@ -211,7 +212,25 @@ public final class WhisperRecognizer {
             let encoded = options.shortWindowPadding.map { pad in
                 min(spec.chunkFrames, size + Int((max(0, pad) / secondsPerFrame).rounded(.up)))
             }
-            let result = decode(window: window, language: language, options: options, previous: previous, frames: encoded)
+            var result: WindowDecoding
+            if let encoded, encoded < spec.chunkFrames {
+                // Only the first temperature on the short encoding: when that fails the guards, or repeats a text
+                // token three times in a row (on one-word prompts the short context can make the decoder repeat the
+                // word, up to the token limit or a few times, too few for the compression ratio), the window is read
+                // again whole, with the usual fallback.
+                var first = options
+                first.temperatures = Array(options.temperatures.prefix(1))
+                result = decode(window: window, language: language, options: first, previous: previous, frames: encoded)
+                let endOfText = model.special.endOfText
+                let text: [Int] = result.tokens.filter { $0 < endOfText }
+                var repeats = false
+                for i in text.indices.dropFirst(2) where text[i] == text[i - 1] && text[i] == text[i - 2] { repeats = true }
+                if repeats || WhisperRecognizer.needsFallback(result, options: options) {
+                    result = decode(window: window, language: language, options: options, previous: previous)
+                }
+            } else {
+                result = decode(window: window, language: language, options: options, previous: previous, frames: encoded)
+            }
             if language == nil {
                 language = result.language
                 languageProbability = result.languageProbability

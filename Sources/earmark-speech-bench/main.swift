@@ -5,13 +5,16 @@
 // × real time (audio seconds / processing seconds, model loading excluded; it is printed on its own).
 // --beam N: beams of the beam search (default 5; 1 decodes greedily). --words times every word; --detect finds
 // the speech with the sound model first (its time is included). --json: one JSON object a line per file
-// ({file, audio, seconds, language, text}) instead, then {audio, seconds} for all (tools/speech-eval.sh reads it).
+// ({file, audio, seconds, cpu, language, text}; cpu: the process's user + system seconds for that file, which a
+// loaded machine does not inflate as it does wall time) instead, then {audio, seconds, cpu} for all
+// (tools/speech-eval.sh reads it).
 // --short-padding S: TranscriptionOptions.shortWindowPadding; --no-previous-text: conditionOnPreviousText off.
 // --decoder-weights float16|int8: how the decoder's per-token weights are held (DecoderWeights; default: the library's).
 // --encoder-weights float32|int8: how the encoder's linear layers are held (EncoderWeights; default: the library's).
 // --trace: every window's start, temperature, mean log-probability, compression ratio, no-speech probability and
 // text on standard error, and with --json every segment ({start, end, text}) in the file's line.
-import EarmarkKit
+import EarmarkClassification
+import EarmarkSpeech
 import Foundation
 
 var modelPath = SpeechModel.defaultRelativePath
@@ -66,6 +69,11 @@ guard !files.isEmpty else {
 }
 let clock = ContinuousClock()
 func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) * 1e-18 }
+func cpuSeconds() -> Double {
+    var t = timespec()
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t)
+    return Double(t.tv_sec) + Double(t.tv_nsec) * 1e-9
+}
 do {
     var start = clock.now
     let model = try SpeechModel(path: modelPath, decoderWeights: decoderWeights, encoderWeights: encoderWeights)
@@ -80,7 +88,7 @@ do {
     }
     let detector = try soundModelPath.map { SpeechDetector(soundModel: try SoundModel(path: $0)) }
     if !json { print(String(format: "model load %.2f s", seconds(clock.now - start))) }
-    var totalAudio = 0.0, totalTime = 0.0
+    var totalAudio = 0.0, totalTime = 0.0, totalCPU = 0.0
     for file in files {
         let samples = try SpeechAudio.load(path: file, sampleRate: recognizer.sampleRate)
         let audio = Double(samples.count) / Double(recognizer.sampleRate)
@@ -95,6 +103,7 @@ do {
             encodeTime = seconds(clock.now - start)
         }
         start = clock.now
+        let cpuStart = cpuSeconds()
         let speech = try detector?.ranges(samples: samples, sampleRate: recognizer.sampleRate)
         let detectTime = seconds(clock.now - start)
         var options = TranscriptionOptions(language: language, wordTimestamps: words, beamSize: beam)
@@ -102,10 +111,12 @@ do {
         options.conditionOnPreviousText = previousText
         let result = try recognizer.transcribe(samples: samples, options: options, speech: speech)
         let total = seconds(clock.now - start)
+        let cpu = cpuSeconds() - cpuStart
         totalAudio += audio
         totalTime += total
+        totalCPU += cpu
         if json {
-            var line: [String: Any] = ["file": file, "audio": audio, "seconds": total, "language": result.language, "text": result.text]
+            var line: [String: Any] = ["file": file, "audio": audio, "seconds": total, "cpu": cpu, "language": result.language, "text": result.text]
             if trace { line["segments"] = result.segments.map { ["start": $0.start, "end": $0.end, "text": $0.text] as [String: Any] } }
             print(String(decoding: try JSONSerialization.data(withJSONObject: line, options: [.sortedKeys]), as: UTF8.self))
             continue
@@ -118,7 +129,7 @@ do {
         print("  [\(result.language)] \(result.text)")
     }
     if json {
-        print(String(format: "{\"audio\": %.3f, \"seconds\": %.3f}", totalAudio, totalTime))
+        print(String(format: "{\"audio\": %.3f, \"seconds\": %.3f, \"cpu\": %.3f}", totalAudio, totalTime, totalCPU))
         exit(0)
     }
     print(String(format: "all: %.1f s audio in %.2f s = %.1f× real time", totalAudio, totalTime, totalAudio / totalTime))
