@@ -5,7 +5,7 @@ import Foundation
 /// Beats, bars and tempo of a piece (Music Understanding's rhythm dimension).
 public struct RhythmResult: Codable, Sendable, Equatable {
     public static let kind = "rhythm"
-    public static let version = 7
+    public static let version = 8
 
     /// Beat times in seconds.
     public var beats: [Double]
@@ -358,6 +358,47 @@ public final class BeatTracker {
         var period: Double
     }
 
+    /// The onset envelope's autocorrelation (its mean removed) summed over blocks of ``changeBlock`` seconds, lags up
+    /// to four periods of 40 BPM: the local comb of ``tempoChange(_:ratio:steady:foreign:blocks:)`` and
+    /// ``tempoDrift(period:blocks:reach:step:cost:least:)`` over any run of blocks.
+    struct BlockAutocorrelation {
+        let block: Int
+        let lagCount: Int
+        let count: Int
+        /// sums[b * lagCount + lag]: the products x[i] x[i - lag] over the frames i of block b.
+        private let sums: [Double]
+
+        init(_ onset: [Double]) {
+            let fr = BeatTracker.frameRate
+            block = Int(BeatTracker.changeBlock * fr)
+            lagCount = 4 * Int(fr * 60 / 40) + 8
+            count = onset.count / block
+            let mean = onset.reduce(0, +) / Double(max(1, onset.count))
+            let x = onset.map { $0 - mean }
+            var sums = [Double](repeating: 0, count: count * lagCount)
+            let (block, lagCount, count) = (block, lagCount, count)
+            x.withUnsafeBufferPointer { p in
+                for b in 0..<count {
+                    for lag in 0..<lagCount {
+                        var s = 0.0
+                        var i = max(lag, b * block)
+                        while i < (b + 1) * block {
+                            s += p[i] * p[i - lag]
+                            i += 1
+                        }
+                        sums[b * lagCount + lag] = s
+                    }
+                }
+            }
+            self.sums = sums
+        }
+
+        /// The autocorrelation over the blocks `range` (lag 0 first).
+        func autocorrelation(_ range: Range<Int>) -> [Double] {
+            (0..<lagCount).map { lag in range.reduce(0) { $0 + sums[$1 * lagCount + lag] } / Double(range.count * block) }
+        }
+    }
+
     /// Blocks of ``tempoChange(_:)``, in seconds, and the blocks a window spans.
     static let changeBlock = 4.0
     static let changeWindow = 3
@@ -374,36 +415,15 @@ public final class BeatTracker {
     /// `steady` and `foreign` were set by hand on a rendered march followed by itself 1.4 × faster or 0.7 × as fast
     /// and checked on the chorales (none found in 134 steady pieces; every candidate an octave flip). Returns the
     /// period before and the change, nil when there is none.
-    static func tempoChange(_ onset: [Double], ratio: Double = 1.25, steady: Double = 0.7, foreign: Double = 0.7)
-        -> (period: Double, change: TempoChange)? {
-        let fr = frameRate, block = Int(changeBlock * fr)
-        let lagCount = 4 * Int(fr * 60 / 40) + 8
-        let blocks = onset.count / block, windows = blocks - changeWindow + 1
+    static func tempoChange(_ onset: [Double], ratio: Double = 1.25, steady: Double = 0.7, foreign: Double = 0.7,
+                            blocks: BlockAutocorrelation? = nil) -> (period: Double, change: TempoChange)? {
+        let blocks = blocks ?? BlockAutocorrelation(onset), windows = blocks.count - changeWindow + 1
         guard windows >= 6 else { return nil }
-        let mean = onset.reduce(0, +) / Double(onset.count)
-        let x = onset.map { $0 - mean }
-        // sums[b * lagCount + lag]: the products x[i] x[i - lag] over the frames i of block b.
-        var sums = [Double](repeating: 0, count: blocks * lagCount)
-        x.withUnsafeBufferPointer { p in
-            for b in 0..<blocks {
-                for lag in 0..<lagCount {
-                    var s = 0.0
-                    var i = max(lag, b * block)
-                    while i < (b + 1) * block {
-                        s += p[i] * p[i - lag]
-                        i += 1
-                    }
-                    sums[b * lagCount + lag] = s
-                }
-            }
-        }
-        func autocorrelation(_ range: Range<Int>) -> [Double] {
-            (0..<lagCount).map { lag in range.reduce(0) { $0 + sums[$1 * lagCount + lag] } / Double(range.count * block) }
-        }
+        func autocorrelation(_ range: Range<Int>) -> [Double] { blocks.autocorrelation(range) }
         let local = (0..<windows).map { w in combPeriod(autocorrelation(w..<(w + changeWindow))).map { log($0.period) } }
         func median(_ v: [Double]) -> Double { let s = v.sorted(); return s[s.count / 2] }
         var best: (cut: Int, steadiness: Double, before: Double, after: Double)?
-        for cut in (changeWindow + 2)...(blocks - 3) {
+        for cut in (changeWindow + 2)...(blocks.count - 3) {
             let left = local[0...(cut - changeWindow)].compactMap { $0 }, right = local[cut..<windows].compactMap { $0 }
             guard left.count >= 3, right.count >= 3 else { continue }
             let a = median(left), b = median(right)
@@ -417,11 +437,11 @@ public final class BeatTracker {
             if steadiness >= steady, steadiness > best?.steadiness ?? -1 { best = (cut, steadiness, exp(a), exp(b)) }
         }
         guard let best else { return nil }
-        let before = autocorrelation(0..<(best.cut - 1)), after = autocorrelation((best.cut + 1)..<blocks)
+        let before = autocorrelation(0..<(best.cut - 1)), after = autocorrelation((best.cut + 1)..<blocks.count)
         let foreignAfter = combScore(after, lag: best.before) / max(1e-9, combScore(after, lag: best.after))
         let foreignBefore = combScore(before, lag: best.after) / max(1e-9, combScore(before, lag: best.before))
         guard foreignAfter <= foreign, foreignBefore <= foreign else { return nil }
-        return (best.before, TempoChange(start: (best.cut - 1) * block, end: (best.cut + 1) * block, period: best.after))
+        return (best.before, TempoChange(start: (best.cut - 1) * blocks.block, end: (best.cut + 1) * blocks.block, period: best.after))
     }
 
     /// The index of the first beat at the new tempo of `change`: the median beat interval before the change
@@ -435,6 +455,59 @@ public final class BeatTracker {
         let a = before[before.count / 2], b = after[after.count / 2]
         return intervals.indices.first { i in
             Double(frames[i]) >= Double(change.start) - a && abs(log(intervals[i] / b)) < abs(log(intervals[i] / a))
+        }
+    }
+
+    /// How far the local tempo drifts from `period` (a ritardando, a ramp): per frame, the centre of the tempo states in
+    /// steps of 1/``stateSteps`` octave from `period`, nil when it stays within `least` steps of it everywhere. The
+    /// comb without the prior (``combScore(_:lag:)``) in windows of ``changeWindow`` blocks, each as a share of its
+    /// best over ±`reach` steps around `period`, is followed by Viterbi: the path starts within the tempo states of
+    /// ``beats(_:period:tightness:change:jump:newTempo:drift:)`` (±``stateSpan`` octave), moves at most `step`
+    /// steps a block and pays `cost` a step. So it follows a gradual change and cannot reach another metrical level
+    /// (an octave, 3:2) without passing through the tempi between, where the comb has little. Window centres are
+    /// joined linearly.
+    static func tempoDrift(period: Double, blocks: BlockAutocorrelation, reach: Int = 28, step: Int = 3,
+                           cost: Double = 0.05, least: Int = 4) -> [Int]? {
+        let windows = blocks.count - changeWindow + 1
+        guard windows >= 2 else { return nil }
+        let half = Int(stateSteps * stateSpan), width = 2 * reach + 1
+        let observed = (0..<windows).map { w -> [Double] in
+            let r = blocks.autocorrelation(w..<(w + changeWindow))
+            let c = (0..<width).map { i -> Double in
+                let lag = period * pow(2, Double(i - reach) / stateSteps)
+                return lag >= 4 ? max(0, combScore(r, lag: lag)) : 0
+            }
+            let top = c.max() ?? 0
+            return top > 0 ? c.map { $0 / top } : c
+        }
+        var score = (0..<width).map { abs($0 - reach) <= half ? observed[0][$0] : -Double.infinity }
+        var back: [[Int]] = []
+        for w in 1..<windows {
+            var next = [Double](repeating: -.infinity, count: width), arg = [Int](repeating: 0, count: width)
+            for i in 0..<width {
+                for j in max(0, i - step)...min(width - 1, i + step) where score[j] > -.infinity {
+                    let v = score[j] - cost * Double(abs(i - j))
+                    if v > next[i] { (next[i], arg[i]) = (v, j) }
+                }
+                next[i] += observed[w][i]
+            }
+            back.append(arg)
+            score = next
+        }
+        var i = score.indices.max { score[$0] < score[$1] }!
+        var path = [i - reach]
+        for arg in back.reversed() {
+            i = arg[i]
+            path.append(i - reach)
+        }
+        path.reverse()
+        guard path.contains(where: { abs($0) >= least }) else { return nil }
+        let frames = blocks.count * blocks.block
+        let centre = Double(changeWindow) / 2
+        return (0..<frames).map { t in
+            let u = min(Double(windows - 1), max(0, Double(t) / Double(blocks.block) - centre))
+            let a = Int(u), f = u - Double(a), b = min(windows - 1, a + 1)
+            return Int((Double(path[a]) * (1 - f) + Double(path[b]) * f).rounded())
         }
     }
 
@@ -452,14 +525,18 @@ public final class BeatTracker {
     /// may halve it afterwards). Returns the beat frames and each beat's period. Change, jump and the
     /// mean's weight were chosen on the rhythm set and its tempo-change variants (see docs/analysis.md).
     static func beats(_ onset: [Double], period: Double, tightness: Double = 2_000, change: Double = 2,
-                      jump: Double = 20, newTempo: TempoChange? = nil) -> [(frame: Int, period: Double)] {
+                      jump: Double = 20, newTempo: TempoChange? = nil, drift: [Int]? = nil) -> [(frame: Int, period: Double)] {
         let n = onset.count
         guard n > 0, period >= 4 else { return [] }
         let half = Int(stateSteps * stateSpan)
         // With a new tempo: the states of both periods (and those between), those of the first before the change
         // and those of the second after it.
         let shift = newTempo.map { Int((stateSteps * log2($0.period / period)).rounded()) } ?? 0
-        let all = (min(0, shift) - half)...(max(0, shift) + half)
+        // With a drifting tempo: at frame t also the states within ±half of the local centre drift[t] (the last
+        // centre after the drift's frames).
+        let drift = newTempo == nil ? drift.flatMap { $0.isEmpty ? nil : $0 } : nil
+        func centre(_ t: Int) -> Int { drift.map { $0[min(t, $0.count - 1)] } ?? 0 }
+        let all = (min(0, shift, drift?.min() ?? 0) - half)...(max(0, shift, drift?.max() ?? 0) + half)
         let steps = all.filter { period * pow(2, Double($0) / stateSteps) >= 4 }
         guard !steps.isEmpty else { return [] }
         let periods = steps.map { period * pow(2, Double($0) / stateSteps) }
@@ -482,7 +559,8 @@ public final class BeatTracker {
         for t in 0..<n {
             let row = (t % ring) * k0
             var best = -Double.infinity, arg = 0
-            let states = newTempo.map { t < $0.start ? before : t < $0.end ? both : after } ?? both
+            let states = drift != nil ? allowed(min(-half, centre(t) - half)...max(half, centre(t) + half))
+                : newTempo.map { t < $0.start ? before : t < $0.end ? both : after } ?? both
             if states != both { for k in 0..<k0 { score[row + k] = -.infinity } }
             for k in states {
                 var bestV = 0.0, bestD = 0, bestK = -1
@@ -509,7 +587,8 @@ public final class BeatTracker {
         // The last beat: the best-scoring frame and state within the last period (scores of the last
         // `ring` frames are still held).
         var end = (t: -1, k: 0), endScore = -Double.infinity
-        for t in max(0, n - Int(newTempo?.period ?? period), n - ring + 1)..<n {
+        let lastPeriod = newTempo?.period ?? period * pow(2, Double(max(0, centre(n - 1))) / stateSteps)
+        for t in max(0, n - Int(lastPeriod), n - ring + 1)..<n {
             for k in 0..<k0 where score[(t % ring) * k0 + k] > endScore { (end, endScore) = ((t, k), score[(t % ring) * k0 + k]) }
         }
         guard end.t >= 0 else { return [] }
@@ -864,8 +943,12 @@ public final class BeatTracker {
         // the beat far more often than off it, which keeps the tracker off syncopated off-beats.
         let harmonic = BeatTracker.normalized(BeatTracker.harmonicChange(chroma, span: 30))
         let strength = zip(onset, harmonic).map { $0 + 1.5 * $1 }
-        let change = BeatTracker.tempoChange(onset)
-        let tracked = BeatTracker.metricalLevel(BeatTracker.beats(strength, period: change?.period ?? period, newTempo: change?.change),
+        let blocks = BlockAutocorrelation(onset)
+        let change = BeatTracker.tempoChange(onset, blocks: blocks)
+        // A gradual change of tempo beyond the states around the piece's period (a ritardando to two thirds) moves them.
+        let drift = change == nil ? BeatTracker.tempoDrift(period: period, blocks: blocks) : nil
+        let tracked = BeatTracker.metricalLevel(BeatTracker.beats(strength, period: change?.period ?? period, newTempo: change?.change,
+                                                                  drift: drift),
                                                 strength: strength, onset: onset)
         let low = BeatTracker.normalized(lowFlux)
         // The metre: a compound metre tracked at a level of two eighths or of one keeps its dotted-quarter beats.

@@ -175,37 +175,11 @@ struct TempoTests {
 
     @Test("the rendered march played with a final ritardando (the last 40 % slowing to 0.65 ×) keeps its beats to the end (F ≥ 0.8 there)")
     func ritardando() throws {
-        let script = TestPaths.repositoryRoot.appendingPathComponent("tools/test-renders.sh").path
-        let run = try Run.process("/bin/bash", [script], timeout: 1200)
-        let dirLine = try #require(run.stdoutText.split(separator: "\n").last, "\(run)")
-        let dir = URL(fileURLWithPath: String(dirLine).trimmingCharacters(in: .whitespaces))
-        struct Truth: Decodable { var beats: Int; var beatPeriod: Double }
-        let truth = try #require(try JSONDecoder().decode([String: Truth].self, from: Data(contentsOf: dir.appendingPathComponent("truth.json")))["march"])
-        let source = try Fixtures.decode(dir.appendingPathComponent("march.wav"))
-        // Variable-speed playback (a tape slowing down): output sample i reads the source at position
-        // pos(i), advancing by the speed, 1 until 60 % of the source and then falling linearly to 0.65.
-        let rate = 44_100.0, n = Double(source.count), knee = 0.6 * n
-        var out: [Float] = [], positions: [Double] = []
-        var pos = 0.0
-        while pos < n - 1 {
-            let i = Int(pos), f = Float(pos - Double(i))
-            out.append(source[i] * (1 - f) + source[i + 1] * f)
-            positions.append(pos)
-            pos += pos < knee ? 1 : 1 - 0.35 * (pos - knee) / (n - knee)
-        }
-        // A source time's output time: the first output sample that reads at or past it.
-        func warped(_ t: Double) -> Double? {
-            let target = t * rate
-            var lo = 0, hi = positions.count
-            while lo < hi {
-                let mid = (lo + hi) / 2
-                if positions[mid] < target { lo = mid + 1 } else { hi = mid }
-            }
-            return lo < positions.count ? Double(lo) / rate : nil
-        }
-        let reference = (0..<truth.beats).compactMap { warped(Double($0) * truth.beatPeriod) }
-        let r = try #require(try trackedRhythm(out))
-        let cut = 0.6 * Double(out.count) / rate
+        let (march, truth) = try renderedMarch()
+        let slowing = tapeSlowing(march, from: 0.6, to: 0.65)
+        let reference = (0..<truth.beats).compactMap { slowing.time(Double($0) * truth.beatPeriod) }
+        let r = try #require(try trackedRhythm(slowing.audio))
+        let cut = 0.6 * Double(slowing.audio.count) / 44_100
         let tail = reference.filter { $0 >= cut }
         let tailF = BeatTracker.fMeasure(estimated: r.beats.filter { $0 >= cut }, reference: tail)
         #expect(tail.count >= 20)
@@ -215,4 +189,59 @@ struct TempoTests {
         let first = try #require(r.tempo.first?.bpm), last = try #require(r.tempo.last?.bpm)
         #expect(last <= 0.8 * first && abs(first / (60 / truth.beatPeriod) - 1) < 0.03, "\(r.tempo)")
     }
+
+    @Test("the rendered march slowing over its second half to 0.5 × (beats twice as long) keeps its beats to the end, beyond the tempo states around its first tempo")
+    func deepRitardando() throws {
+        // From 110 to 55 BPM: an octave, where the states of the tracker's first tempo reach ±0.35 octave; the
+        // local tempo's drift moves them (BeatTracker.tempoDrift).
+        let (march, truth) = try renderedMarch()
+        let slowing = tapeSlowing(march, from: 0.5, to: 0.5)
+        let reference = (0..<truth.beats).compactMap { slowing.time(Double($0) * truth.beatPeriod) }
+        let r = try #require(try trackedRhythm(slowing.audio))
+        let seconds = Double(slowing.audio.count) / 44_100
+        // The last quarter of the audio: the march at 0.6–0.5 × its speed.
+        let tail = reference.filter { $0 >= 0.75 * seconds }
+        let tailF = BeatTracker.fMeasure(estimated: r.beats.filter { $0 >= 0.75 * seconds }, reference: tail)
+        #expect(tail.count >= 8)
+        // Without the drift: F 0.2 here (0.77 with it) and 0.80 over the whole piece.
+        #expect(tailF >= 0.7, "last quarter: F \(tailF); missed \(allFound(r.beats, tail)); tempo \(r.tempo)")
+        #expect(BeatTracker.fMeasure(estimated: r.beats, reference: reference) >= 0.85)
+    }
+}
+
+/// The rendered march of tools/test-renders.sh (110 BPM) and its truth.
+private func renderedMarch() throws -> (audio: [Float], truth: (beats: Int, beatPeriod: Double)) {
+    let script = TestPaths.repositoryRoot.appendingPathComponent("tools/test-renders.sh").path
+    let run = try Run.process("/bin/bash", [script], timeout: 1200)
+    let dirLine = try #require(run.stdoutText.split(separator: "\n").last, "\(run)")
+    let dir = URL(fileURLWithPath: String(dirLine).trimmingCharacters(in: .whitespaces))
+    struct Truth: Decodable { var beats: Int; var beatPeriod: Double }
+    let truth = try #require(try JSONDecoder().decode([String: Truth].self, from: Data(contentsOf: dir.appendingPathComponent("truth.json")))["march"])
+    return (try Fixtures.decode(dir.appendingPathComponent("march.wav")), (truth.beats, truth.beatPeriod))
+}
+
+/// Variable-speed playback of `source` (44.1 kHz), a tape slowing down: output sample i reads the source at
+/// position pos(i), advancing by the speed, 1 until the share `knee` of the source and then falling linearly to
+/// `end`. Returns the audio and, for a source time, its output time (nil past the end).
+private func tapeSlowing(_ source: [Float], from knee: Double, to end: Double) -> (audio: [Float], time: (Double) -> Double?) {
+    let rate = 44_100.0, n = Double(source.count), k = knee * n
+    var out: [Float] = [], positions: [Double] = []
+    var pos = 0.0
+    while pos < n - 1 {
+        let i = Int(pos), f = Float(pos - Double(i))
+        out.append(source[i] * (1 - f) + source[i + 1] * f)
+        positions.append(pos)
+        pos += pos < k ? 1 : 1 - (1 - end) * (pos - k) / (n - k)
+    }
+    // A source time's output time: the first output sample that reads at or past it.
+    let time: (Double) -> Double? = { t in
+        let target = t * rate
+        var lo = 0, hi = positions.count
+        while lo < hi {
+            let mid = (lo + hi) / 2
+            if positions[mid] < target { lo = mid + 1 } else { hi = mid }
+        }
+        return lo < positions.count ? Double(lo) / rate : nil
+    }
+    return (out, time)
 }
