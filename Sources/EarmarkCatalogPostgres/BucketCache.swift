@@ -47,8 +47,8 @@ final class BucketCache: @unchecked Sendable {
         }
     }
 
-    /// Appends each cached bucket of `wanted` to `out` (its bytes to `out.bytes`, its range to `out.ranges` under
-    /// `rangeKey`) and returns the indices of `wanted` that are not cached.
+    /// Appends each cached bucket of `wanted` to `out` (its bytes to `out.bytes`, its range to `out.ranges`) and
+    /// returns the indices of `wanted` that are not cached.
     func read(_ wanted: [Key], into out: inout PostgresCatalog.FetchedBuckets) -> [Int] {
         var missing: [Int] = []
         lock.withLock {
@@ -103,7 +103,4 @@ final class BucketCache: @unchecked Sendable {
 
     /// Bytes a cached bucket costs beside its own: its array's header and the tables' entries.
     static let overhead = 96
-
-    /// The cache's size in bytes and buckets (for tests).
-    var size: (bytes: Int, buckets: Int) { lock.withLock { (bytes, slotOf.count) } }
 }

@@ -178,7 +178,6 @@ extension PostgresCatalog {
         guard rows.count == 1 else { throw damaged("the index's change counter is missing") }
         let (version, packed) = try decode(rows[0], (Int64, ByteBuffer?).self, "the index buckets")
         if let expecting, version != expecting { return nil }
-        var fetched: [Int64: Range<Int>] = [:]
         if let packed {
             out.bytes.reserveCapacity(out.bytes.count + packed.readableBytes + 8)
             try packed.withUnsafeReadableBytes { raw in
@@ -195,15 +194,15 @@ extension PostgresCatalog {
                         let start = out.bytes.count
                         out.bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[at..<at + length]))
                         out.ranges[key] = start..<out.bytes.count
-                        fetched[key] = start..<out.bytes.count
                     }
                     at += length
                 }
             }
         }
-        // Buckets the server did not have hold no postings: kept as such, so that they are not asked for again.
+        // `keys` are the buckets just fetched; those the server did not have hold no postings: kept as such, so that
+        // they are not asked for again.
         if !keys.isEmpty {
-            cache.store(keys.map { k in (k, fetched[FetchedBuckets.key(k.segment, Int(k.bucket))].map { Array(out.bytes[$0]) } ?? []) })
+            cache.store(keys.map { k in (k, out.ranges[FetchedBuckets.key(k.segment, Int(k.bucket))].map { Array(out.bytes[$0]) } ?? []) })
         }
         out.bytes += repeatElement(0, count: 8)
         return out
