@@ -24,12 +24,21 @@ struct ThroughputRun: Codable {
 final class Gathered<T: Sendable>: @unchecked Sendable {
     private let lock = NSLock()
     private var items: [T] = []
-    private var next = 0
     func append(_ item: T) { lock.withLock { items.append(item) } }
-    func append(contentsOf more: [T]) { lock.withLock { items += more } }
-    /// The next index of a shared queue, counting from 0.
-    func take() -> Int { lock.withLock { defer { next += 1 }; return next } }
     var all: [T] { lock.withLock { items } }
+}
+
+/// A queue of indices 0, 1, 2, … that several threads take from.
+final class Tickets: @unchecked Sendable {
+    private let lock = NSLock()
+    private var next = 0
+    func take() -> Int { lock.withLock { defer { next += 1 }; return next } }
+}
+
+/// Values that several threads read and none writes after they are made.
+final class Shared<T>: @unchecked Sendable {
+    let items: [T]
+    init(_ items: [T]) { self.items = items }
 }
 
 /// Starts `body(i)` on `count` threads; the group is left when each has ended.
@@ -53,11 +62,11 @@ func startThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) -> Di
 /// as JSON. The signatures are read before; each thread matches one clip untimed first (connections and caches warm),
 /// and the clock starts when all are ready.
 func runThroughputChild(catalogPath: String, list: String, out: String, clients: [Int], matchOptions: [String]) throws {
-    let box = SignatureBox(try readTSV(list).map { try Fingerprinter.readSignatureFile(path: $0["path"]!) })
+    let box = Shared(try readTSV(list).map { try Fingerprinter.readSignatureFile(path: $0["path"]!) })
     guard !box.items.isEmpty else { throw CatalogError(.invalidArgument, "no clips listed", path: list) }
     var runs: [ThroughputRun] = []
     for n in clients {
-        let times = Gathered<Double>(), cpuTimes = Gathered<Double>(), failures = Gathered<String>(), queue = Gathered<Int>()
+        let times = Gathered<Double>(), cpuTimes = Gathered<Double>(), failures = Gathered<String>(), queue = Tickets()
         let ready = DispatchGroup(), go = DispatchSemaphore(value: 0)
         for _ in 0..<n { ready.enter() }
         let clock = ContinuousClock()
@@ -92,12 +101,6 @@ func runThroughputChild(catalogPath: String, list: String, out: String, clients:
         runs.append(ThroughputRun(clients: n, queries: times.all.count, errors: failures.all.count, seconds: wall, ms: times.all, cpuMs: cpuTimes.all))
     }
     try JSONEncoder().encode(runs).write(to: URL(fileURLWithPath: out))
-}
-
-/// The signatures every client thread reads (never written after they are loaded).
-final class SignatureBox: @unchecked Sendable {
-    let items: [Signature]
-    init(_ items: [Signature]) { self.items = items }
 }
 
 // MARK: - Shards
@@ -186,7 +189,7 @@ func measureIngest(writers: [Int], hours: Double, postgres: Bool, shards: [Strin
             audio += new.duration
         }
     }
-    let tracks = PreparedBox(prepared)
+    let tracks = Shared(prepared)
     say("")
     say("ingest: \(prepared.count) synthetic tracks, \(fmt(audio / 3600, 2)) h, into a new \(postgres ? shards.isEmpty ? "database" : "catalog sharded over \(shards.count) servers" : "file") with "
         + writers.map(String.init).joined(separator: ", then ") + " writers at once")
@@ -231,10 +234,4 @@ func measureIngest(writers: [Int], hours: Double, postgres: Bool, shards: [Strin
         if !postgres { removeCatalog(location) }
     }
     return runs
-}
-
-/// The prepared tracks every writer thread reads.
-final class PreparedBox: @unchecked Sendable {
-    let items: [PreparedTrack]
-    init(_ items: [PreparedTrack]) { self.items = items }
 }
