@@ -41,12 +41,12 @@ public struct TranscriptionOptions: Sendable, Equatable {
     /// (faster-whisper's 0.5): text that only sampling could produce is a poor guide.
     public var promptResetOnTemperature = 0.5
     /// For a window shorter than 30 s (a short recording, or the end of a long one), encode only its audio and this
-    /// many seconds of the zero padding after it, instead of the whole 30-s window (nil). The encoder's cost falls
-    /// with the frames left out (its attention with their square); the network then reads a shorter context than it
-    /// was trained on, so this is not exactly Whisper's computation: on one-word prompts it can make the decoder
-    /// repeat the word, so a window whose short decoding fails the fallback's guards or repeats a token three times
-    /// in a row is read again whole (see docs/speech.md for the word error rates).
-    public var shortWindowPadding: Double? = nil
+    /// many seconds of the zero padding after it (default 8), instead of the whole 30-s window (nil, as Whisper and
+    /// CTranslate2 do). The encoder's cost falls with the frames left out (its attention with their square); the
+    /// network then reads a shorter context than it was trained on, so this is not exactly Whisper's computation: on
+    /// one-word prompts it can make the decoder repeat the word, so a window whose short decoding fails the fallback's
+    /// guards or repeats a token three times in a row is read again whole (see docs/speech.md for the word error rates).
+    public var shortWindowPadding: Double? = 8
 
     /// Options with Whisper's usual guards; `beamSize` 1 decodes greedily.
     public init(language: String? = nil, wordTimestamps: Bool = false, beamSize: Int = 5) {

@@ -1,6 +1,6 @@
 // earmark-speech-bench: speed of the Whisper recogniser on real recordings, stage by stage.
 //   earmark-speech-bench [--model PATH] [--language CODE] [--beam N] [--words] [--detect SOUND-MODEL] [--json]
-//                        [--short-padding SECONDS] [--no-previous-text] FILE...
+//                        [--short-padding SECONDS | --whole-windows] [--no-previous-text] FILE...
 // Prints, per file, the seconds spent in the front end, the encoder and the decoder, the transcript, and
 // × real time (audio seconds / processing seconds, model loading excluded; it is printed on its own).
 // --beam N: beams of the beam search (default 5; 1 decodes greedily). --words times every word; --detect finds
@@ -8,7 +8,8 @@
 // ({file, audio, seconds, cpu, language, text}; cpu: the process's user + system seconds for that file, which a
 // loaded machine does not inflate as it does wall time) instead, then {audio, seconds, cpu} for all
 // (tools/speech-eval.sh reads it).
-// --short-padding S: TranscriptionOptions.shortWindowPadding; --no-previous-text: conditionOnPreviousText off.
+// --short-padding S: TranscriptionOptions.shortWindowPadding (the library's default: 8); --whole-windows: nil (every
+// window encoded whole, as CTranslate2 does); --no-previous-text: conditionOnPreviousText off.
 // --decoder-weights float16|int8: how the decoder's per-token weights are held (DecoderWeights; default: the library's).
 // --encoder-weights float32|int8: how the encoder's linear layers are held (EncoderWeights; default: the library's).
 // --trace: every window's start, temperature, mean log-probability, compression ratio, no-speech probability and
@@ -24,7 +25,7 @@ var words = false
 var soundModelPath: String?
 var beam = 5
 var json = false
-var shortPadding: Double?
+var shortPadding = TranscriptionOptions().shortWindowPadding
 var previousText = true
 var trace = false
 var decoderWeights = DecoderWeights.standard
@@ -39,6 +40,7 @@ while let a = args.next() {
     case "--beam": beam = args.next().flatMap { Int($0) }.map { max(1, $0) } ?? beam
     case "--json": json = true
     case "--short-padding": shortPadding = args.next().flatMap { Double($0) }
+    case "--whole-windows": shortPadding = nil
     case "--no-previous-text": previousText = false
     case "--trace": trace = true
     case "--decoder-weights":
@@ -57,7 +59,7 @@ while let a = args.next() {
         encoderWeights = w
     case "-h", "--help":
         print("usage: earmark-speech-bench [--model PATH] [--language CODE] [--beam N] [--words] [--detect SOUND-MODEL] [--json] "
-              + "[--short-padding SECONDS] [--no-previous-text] [--trace] [--decoder-weights float16|int8] "
+              + "[--short-padding SECONDS | --whole-windows] [--no-previous-text] [--trace] [--decoder-weights float16|int8] "
               + "[--encoder-weights float32|int8] FILE...")
         exit(0)
     default: files.append(a)

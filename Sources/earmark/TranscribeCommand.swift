@@ -65,6 +65,9 @@ struct TranscribeCommand: AsyncParsableCommand {
     @Flag(help: "Read the whole recording, not only the speech the sound classifier finds.")
     var allAudio = false
 
+    @Flag(help: "Encode every window whole (30 s), as Whisper and CTranslate2 do, instead of a short recording's audio and 8 s of padding (slower on short recordings; the short reading falls back to the whole window when it fails).")
+    var wholeWindows = false
+
     @Argument(help: ArgumentHelp("Audio files to transcribe.", valueName: "file"))
     var files: [String] = []
 
@@ -106,8 +109,9 @@ struct TranscribeCommand: AsyncParsableCommand {
             do {
                 let samples = try SpeechAudio.load(path: file, sampleRate: recognizer.sampleRate)
                 let speech = try detector?.ranges(samples: samples, sampleRate: recognizer.sampleRate)
-                let result = try recognizer.transcribe(samples: samples, options: TranscriptionOptions(language: code, wordTimestamps: words, beamSize: beam),
-                                                       speech: speech) { bar?.update($0) }
+                var options = TranscriptionOptions(language: code, wordTimestamps: words, beamSize: beam)
+                if wholeWindows { options.shortWindowPadding = nil }
+                let result = try recognizer.transcribe(samples: samples, options: options, speech: speech) { bar?.update($0) }
                 bar?.finish()
                 let report = TranscriptReport(path: file, model: speechModel.name, result: result, words: words)
                 switch asJSON ? .json : format {

@@ -3,7 +3,7 @@ import EarmarkTestSupport
 import Foundation
 import Testing
 
-@Suite("Short windows (shortWindowPadding): the audio and 8 s of padding encoded, the whole window when that fails",
+@Suite("Short windows (shortWindowPadding, on by default): the audio and 8 s of padding encoded, the whole window when that fails",
        .enabled(if: TestSpeechModel.available, Comment(rawValue: TestSpeechModel.skipReason)))
 struct ShortWindowTests {
     static func words(_ text: String) -> [String] {
@@ -18,13 +18,13 @@ struct ShortWindowTests {
         for stem in ["conf-getpin", "agent-alreadyon"] {
             let samples = try SpeechAudio.load(path: try SpeechPrompts.path(stem))
             let frames = recognizer.frontEnd.spectrogram(samples).frames
-            let whole = TranscriptionOptions(language: "en")
+            var whole = TranscriptionOptions(language: "en")
+            whole.shortWindowPadding = nil
             let full = try recognizer.transcribe(samples: samples, options: whole)
             #expect(recognizer.network.encodedPositions == positions, "\(stem): whole window")
 
-            var padded = whole
-            padded.shortWindowPadding = 8
-            let short = try recognizer.transcribe(samples: samples, options: padded)
+            // The default options.
+            let short = try recognizer.transcribe(samples: samples, options: TranscriptionOptions(language: "en"))
             let encoded = recognizer.network.encodedPositions
             // The audio's frames and 8 s (800 frames) of padding, two frames a position.
             #expect(abs(encoded - (frames + 800) / 2) <= 1, "\(stem): \(encoded) positions for \(frames) frames")
@@ -42,9 +42,7 @@ struct ShortWindowTests {
         // catches it), the second repeats "C" eight times (too short for the ratio: the repeated-token rule).
         for (stem, word) in [("vm-Friends", "friends"), ("letters/c", "c")] {
             let samples = try SpeechAudio.load(path: try SpeechPrompts.path(stem))
-            var padded = TranscriptionOptions(language: "en")
-            padded.shortWindowPadding = 8
-            let result = try recognizer.transcribe(samples: samples, options: padded)
+            let result = try recognizer.transcribe(samples: samples, options: TranscriptionOptions(language: "en"))
             print("\(stem): \(result.text), \(recognizer.network.encodedPositions) positions")
             // Whether the short reading loops depends on the last bits of the encoder's sums (another CPU's kernels
             // may read the word once): then the short reading may stand, but only as the word alone.

@@ -23,9 +23,10 @@ struct WhisperExactnessTests {
         let recordings = try exactnessPrompts.map { try SpeechAudio.load(path: try SpeechPrompts.path($0)) }
         let references = try fixture.references(recordings)
         let frames = model.frontEnd.chunkFrames
-        // CTranslate2's greedy search: one beam, no temperature fallback.
+        // CTranslate2's greedy search: one beam, no temperature fallback, every window encoded whole.
         var greedy = TranscriptionOptions(beamSize: 1)
         greedy.temperatures = [0]
+        greedy.shortWindowPadding = nil
         for (i, stem) in exactnessPrompts.enumerated() {
             let reference = references[i]
             // Front end: float32 FFT and filters against float64 numpy.
