@@ -22,9 +22,52 @@ enum { int8_chunk = 2048 };
 
 // MARK: Shared scalar steps (the same code for both paths)
 
+#ifdef EARMARK_X86
+// quantise_row_scalar's steps 8 values at a time: the maximum is exact in any order, the product is the same single rounding,
+// and vcvtps2dq rounds to nearest even as lrintf does in the default rounding mode, so the bits are the same.
+static __attribute__((target("avx2"))) float quantise_row_avx2(const float *x, long k, int16_t *q) {
+    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256 largest = _mm256_set1_ps(3.4028234663852886e38f);
+    __m256 top8 = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+    long full = k & ~7L;
+    for (long p = 0; p < full; p += 8) {
+        __m256 m = _mm256_and_ps(_mm256_loadu_ps(x + p), magnitude);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(m, largest, _CMP_NLE_UQ));   // NaN or infinity
+        top8 = _mm256_max_ps(top8, m);
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, top8);
+    float top = 0;
+    int finite = _mm256_movemask_ps(bad) == 0;
+    for (int i = 0; i < 8; i++) top = lanes[i] > top ? lanes[i] : top;
+    for (long p = full; p < k; p++) {
+        float m = fabsf(x[p]);
+        if (!(m <= 3.4028234663852886e38f)) finite = 0;
+        top = m > top ? m : top;
+    }
+    if (!finite || top == 0) {
+        for (long p = 0; p < k; p++) q[p] = 0;
+        return finite ? 0 : NAN;
+    }
+    float inverse = 32767.0f / top;
+    const __m256 scale = _mm256_set1_ps(inverse);
+    const __m256i high = _mm256_set1_epi32(32767), low = _mm256_set1_epi32(-32767);
+    for (long p = 0; p < full; p += 8) {
+        __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + p), scale));
+        r = _mm256_max_epi32(_mm256_min_epi32(r, high), low);
+        _mm_storeu_si128((__m128i *)(q + p), _mm_packs_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
+    }
+    for (long p = full; p < k; p++) {
+        long r = lrintf(x[p] * inverse);
+        q[p] = (int16_t)(r > 32767 ? 32767 : (r < -32767 ? -32767 : r));
+    }
+    return top / 32767.0f;
+}
+#endif
+
 // q[p] = round-to-nearest-even(x[p] · 32767 / max|x|); returns the row's scale max|x| / 32767 (0 for a row of
 // zeros, NaN when the row holds a NaN or an infinity: its outputs are then NaN, as a Float32 product would be).
-static float quantise_row(const float *x, long k, int16_t *q) {
+static float quantise_row_scalar(const float *x, long k, int16_t *q) {
     float top = 0;
     int finite = 1;
     for (long p = 0; p < k; p++) {
@@ -49,6 +92,15 @@ static float quantise_row(const float *x, long k, int16_t *q) {
     return top / 32767.0f;
 }
 
+// quantise_row_scalar with vector code where the CPU has it (the portable GEMM keeps the scalar code, so the tests
+// that compare it with the vector paths compare the two quantisations too).
+static float quantise_row(const float *x, long k, int16_t *q) {
+#ifdef EARMARK_X86
+    if (earmark_has_avx2_fma_f16c()) return quantise_row_avx2(x, k, q);
+#endif
+    return quantise_row_scalar(x, k, q);
+}
+
 // out = base + sum · (rowScale · weightScale), in separate statements so that no compiler fuses them differently in
 // the two paths (contraction into an FMA happens only within one expression).
 static inline void store_result(float *o, long j, int64_t sum, float rowScale, const float *scales, const float *bias,
@@ -71,7 +123,7 @@ void earmark_int8_gemm_portable(long rows, long n, long k, const float *a, long 
     int16_t *q = scratch;
     unsigned char *rowScales = (unsigned char *)(scratch + rows * k);   // 2 int16 per row hold its float scale
     for (long r = 0; r < rows; r++) {
-        float s = quantise_row(a + r * lda, k, q + r * k);
+        float s = quantise_row_scalar(a + r * lda, k, q + r * k);
         __builtin_memcpy(rowScales + r * sizeof s, &s, sizeof s);
     }
     for (long j = 0; j < n; j++) {

@@ -21,6 +21,15 @@ void earmark_gelu_portable(float *x, long count) {
     for (long i = 0; i < count; i++) x[i] = 0.5f * x[i] * (1 + erff(x[i] * r));
 }
 
+double earmark_log_sum_exp_portable(const float *x, long count) {
+    float top = -INFINITY;
+    for (long i = 0; i < count; i++) top = x[i] > top ? x[i] : top;
+    if (!(top > -INFINITY)) return -INFINITY;
+    double sum = 0;
+    for (long i = 0; i < count; i++) sum += exp((double)(x[i] - top));
+    return (double)top + log(sum);
+}
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define EARMARK_AVX2 __attribute__((target("avx2,fma")))
@@ -113,6 +122,41 @@ void earmark_softmax_avx2(float *x, long count) {
     if (count > 0) softmax_avx2(x, count);
 }
 
+static inline __attribute__((always_inline)) EARMARK_AVX2 double lanes_total(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return (double)_mm_cvtss_f32(s);
+}
+
+// Blocks of 1,024 values are summed in float lanes (each lane adds 128 values below 1), the blocks in double.
+static EARMARK_AVX2 double log_sum_exp_avx2(const float *x, long count) {
+    long full = count & ~7L, rest = count - full;
+    __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rest), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256 top = _mm256_set1_ps(-INFINITY);
+    for (long i = 0; i < full; i += 8) top = _mm256_max_ps(top, _mm256_loadu_ps(x + i));
+    float high = -INFINITY;
+    for (long i = full; i < count; i++) high = x[i] > high ? x[i] : high;
+    __m128 t = _mm_max_ps(_mm256_castps256_ps128(top), _mm256_extractf128_ps(top, 1));
+    t = _mm_max_ps(t, _mm_movehl_ps(t, t));
+    t = _mm_max_ss(t, _mm_shuffle_ps(t, t, 1));
+    high = _mm_cvtss_f32(t) > high ? _mm_cvtss_f32(t) : high;
+    if (!(high > -INFINITY)) return -INFINITY;
+    __m256 shift = _mm256_set1_ps(high);
+    double total = 0;
+    for (long b = 0; b < full; b += 1024) {
+        long end = b + 1024 < full ? b + 1024 : full;
+        __m256 sum = _mm256_setzero_ps();
+        for (long i = b; i < end; i += 8) sum = _mm256_add_ps(sum, exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(x + i), shift)));
+        total += lanes_total(sum);
+    }
+    if (rest > 0) {
+        __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_maskload_ps(x + full, mask), shift));
+        total += lanes_total(_mm256_and_ps(e, _mm256_castsi256_ps(mask)));
+    }
+    return (double)high + log(total);
+}
+
 // The AVX2 softmax's bits 16 values at a time: the same operations in each lane (exp_nonpositive's, lane for lane),
 // the same maximum (exact in any order), and the sum added in the AVX2 code's order (8 lanes, each 16 values' lower
 // then upper half, then the same partial vector and the same reduction).
@@ -185,6 +229,14 @@ void earmark_softmax(float *x, long count) {
     }
 #endif
     earmark_softmax_portable(x, count);
+}
+
+double earmark_log_sum_exp(const float *x, long count) {
+    if (count <= 0) return -INFINITY;
+#if defined(__x86_64__) || defined(__i386__)
+    if (earmark_has_avx2_fma_f16c()) return log_sum_exp_avx2(x, count);
+#endif
+    return earmark_log_sum_exp_portable(x, count);
 }
 
 void earmark_gelu(float *x, long count) {

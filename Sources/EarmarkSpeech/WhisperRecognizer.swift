@@ -1,3 +1,4 @@
+import CHalfGEMM
 import CZlib
 import EarmarkClassification
 import EarmarkDSP
@@ -768,27 +769,16 @@ public final class WhisperRecognizer {
         if checkTimestamps {
             var topText = -Float.infinity
             for i in 0..<tsBegin { topText = max(topText, logits[i]) }
-            var topTime = -Float.infinity
-            for i in tsBegin..<n { topTime = max(topTime, logits[i]) }
-            if topTime > -.infinity {
-                var sum: Double = 0
-                for i in tsBegin..<n { sum += exp(Double(logits[i] - topTime)) }
-                let timeLogSum = Double(topTime) + log(sum)
-                if timeLogSum > Double(topText) {
-                    for i in 0..<tsBegin { logits[i] = -.infinity }
-                }
+            // −∞ when every timestamp is disabled, and then never above the text's best.
+            let timeLogSum = WhisperRecognizer.logSumExp(logits + tsBegin, count: n - tsBegin)
+            if timeLogSum > Double(topText) {
+                for i in 0..<tsBegin { logits[i] = -.infinity }
             }
         }
     }
 
-    static func logSumExp(_ x: UnsafePointer<Float>, count: Int) -> Double {
-        var top = -Float.infinity
-        for i in 0..<count { top = max(top, x[i]) }
-        guard top > -.infinity else { return -.infinity }
-        var sum: Double = 0
-        for i in 0..<count { sum += exp(Double(x[i] - top)) }
-        return Double(top) + log(sum)
-    }
+    /// log Σ exp(x[i]) (−∞ when every value is −∞): vectorised, see earmark_log_sum_exp.
+    static func logSumExp(_ x: UnsafePointer<Float>, count: Int) -> Double { earmark_log_sum_exp(x, count) }
 
     static func probability(of id: Int, logits: UnsafePointer<Float>, count: Int) -> Float {
         Float(exp(Double(logits[id]) - logSumExp(logits, count: count)))

@@ -132,6 +132,26 @@ struct HalfGEMMTests {
         }
     }
 
+    @Test("log-sum-exp (dispatched and portable) agrees with a double-precision one: lengths around its 1,024-value blocks, −∞ values, a vocabulary-sized row")
+    func logSumExp() {
+        var g = Generator(state: 7)
+        for count in [1, 7, 8, 9, 1023, 1024, 1025, 1031, 2048, 2053, 51_865] {
+            var x = (0..<count).map { _ in g.unit() * 30 - 5 }
+            // Suppressed tokens, as the decoder's rules leave them.
+            for i in stride(from: 3, to: count, by: 5) { x[i] = -.infinity }
+            let top = Double(x.max()!)
+            let exact = top + Foundation.log(x.map { Foundation.exp(Double($0) - top) }.reduce(0, +))
+            for (name, kernel) in [("dispatched", earmark_log_sum_exp), ("portable", earmark_log_sum_exp_portable)] as [(String, (UnsafePointer<Float>?, Int) -> Double)] {
+                let got = x.withUnsafeBufferPointer { kernel($0.baseAddress, count) }
+                #expect(abs(got - exact) <= 1e-5, "\(name), count \(count): \(got) against \(exact)")
+            }
+        }
+        let none = [Float](repeating: -.infinity, count: 9)
+        #expect(none.withUnsafeBufferPointer { earmark_log_sum_exp($0.baseAddress, 9) } == -.infinity)
+        #expect(none.withUnsafeBufferPointer { earmark_log_sum_exp_portable($0.baseAddress, 9) } == -.infinity)
+        #expect(earmark_log_sum_exp(nil, 0) == -.infinity)
+    }
+
     @Test("GELU (dispatched and portable) agrees with v/2 · (1 + erf(v/√2)) in double precision, odd lengths and extremes included")
     func gelu() {
         var g = Generator(state: 9)

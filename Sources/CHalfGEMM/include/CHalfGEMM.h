@@ -41,6 +41,14 @@ void earmark_gelu(float *x, long count);
 // earmark_gelu with the portable code only (for tests).
 void earmark_gelu_portable(float *x, long count);
 
+// log Σ exp(x[i]) over count values (the normaliser of a row of logits; values may be −∞): −∞ when all are (or count
+// ≤ 0). With AVX2 + FMA, the softmax's exp 8 values at a time, blocks of 1,024 summed in float and the blocks in
+// double; otherwise libm's exp, summed in double. The two agree to about 10⁻⁶ of the sum.
+double earmark_log_sum_exp(const float *x, long count);
+
+// earmark_log_sum_exp with the portable code only (for tests).
+double earmark_log_sum_exp_portable(const float *x, long count);
+
 // Matrix products with int8 weights and a Float32 scale per weight row (per output), for few input rows: the weight of
 // output j for input p is scales[j] · w[j·ldw + p]. Each input row r is quantised to int16 with a scale of its own,
 // s_r = max_p |a[r·lda + p]| / 32767 (q = a / s_r rounded to nearest even), the products q · w are summed exactly in
