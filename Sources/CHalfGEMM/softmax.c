@@ -86,10 +86,8 @@ static EARMARK_AVX2 void gelu_avx2(float *x, long count) {
     }
 }
 
-static EARMARK_AVX2 void softmax_avx2(float *x, long count) {
-    long full = count & ~7L, rest = count - full;
-    // Lanes of the last partial vector: lane i is loaded and stored when i < rest.
-    __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rest), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+// The largest of count values (the first `full`, a multiple of 8, 8 at a time; exact in any order).
+static inline __attribute__((always_inline)) EARMARK_AVX2 float largest_avx2(const float *x, long count, long full) {
     __m256 top = _mm256_set1_ps(-INFINITY);
     for (long i = 0; i < full; i += 8) top = _mm256_max_ps(top, _mm256_loadu_ps(x + i));
     float high = -INFINITY;
@@ -97,7 +95,14 @@ static EARMARK_AVX2 void softmax_avx2(float *x, long count) {
     __m128 t = _mm_max_ps(_mm256_castps256_ps128(top), _mm256_extractf128_ps(top, 1));
     t = _mm_max_ps(t, _mm_movehl_ps(t, t));
     t = _mm_max_ss(t, _mm_shuffle_ps(t, t, 1));
-    high = _mm_cvtss_f32(t) > high ? _mm_cvtss_f32(t) : high;
+    return _mm_cvtss_f32(t) > high ? _mm_cvtss_f32(t) : high;
+}
+
+static EARMARK_AVX2 void softmax_avx2(float *x, long count) {
+    long full = count & ~7L, rest = count - full;
+    // Lanes of the last partial vector: lane i is loaded and stored when i < rest.
+    __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rest), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    float high = largest_avx2(x, count, full);
     __m256 shift = _mm256_set1_ps(high), sum = _mm256_setzero_ps();
     for (long i = 0; i < full; i += 8) {
         __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(x + i), shift));
@@ -133,14 +138,7 @@ static inline __attribute__((always_inline)) EARMARK_AVX2 double lanes_total(__m
 static EARMARK_AVX2 double log_sum_exp_avx2(const float *x, long count) {
     long full = count & ~7L, rest = count - full;
     __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)rest), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    __m256 top = _mm256_set1_ps(-INFINITY);
-    for (long i = 0; i < full; i += 8) top = _mm256_max_ps(top, _mm256_loadu_ps(x + i));
-    float high = -INFINITY;
-    for (long i = full; i < count; i++) high = x[i] > high ? x[i] : high;
-    __m128 t = _mm_max_ps(_mm256_castps256_ps128(top), _mm256_extractf128_ps(top, 1));
-    t = _mm_max_ps(t, _mm_movehl_ps(t, t));
-    t = _mm_max_ss(t, _mm_shuffle_ps(t, t, 1));
-    high = _mm_cvtss_f32(t) > high ? _mm_cvtss_f32(t) : high;
+    float high = largest_avx2(x, count, full);
     if (!(high > -INFINITY)) return -INFINITY;
     __m256 shift = _mm256_set1_ps(high);
     double total = 0;
