@@ -165,11 +165,20 @@ EARMARK_INLINE EARMARK_AVX2 void scores_avx2(const int MR, long headSize, const 
     }
 }
 
-EARMARK_INLINE EARMARK_AVX2 void values_avx2(const int MR, long count, const float *w, long ldw, const float *values,
+// Positions [from, to) of the chains: started from 0 when from is 0, else from the sums stored in out (the same chains in
+// the same order, so the same bits as one pass over all positions).
+EARMARK_INLINE EARMARK_AVX2 void values_avx2(const int MR, long from, long to, const float *w, long ldw, const float *values,
                                              long ldv, float *out, long ldo) {
     __m256 acc[6][2];
-    for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    for (long t = 0; t < count; t++) {
+    for (int r = 0; r < MR; r++) {
+        if (from == 0) {
+            acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+        } else {
+            acc[r][0] = _mm256_loadu_ps(out + r * ldo);
+            acc[r][1] = _mm256_loadu_ps(out + r * ldo + 8);
+        }
+    }
+    for (long t = from; t < to; t++) {
         __m256 v0 = _mm256_loadu_ps(values + t * ldv), v1 = _mm256_loadu_ps(values + t * ldv + 8);
         for (int r = 0; r < MR; r++) {
             __m256 x = _mm256_broadcast_ss(w + r * ldw + t);
@@ -183,21 +192,28 @@ EARMARK_INLINE EARMARK_AVX2 void values_avx2(const int MR, long count, const flo
     }
 }
 
+// The AVX2 code walks the positions in spans of sa_span for all rows (a span's keys or values, 64 kB at head size 64,
+// stay in the core's cache while every group of 6 rows reads them; the whole head's, 384 kB, did not).
+enum { sa_span = 256 };
+
 static EARMARK_AVX2 void scores_rows_avx2(long rows, long count, long headSize, const float *q, long ldq,
                                           const float *packedKeys, float scale, float *scores, long lds) {
     long padded = earmark_attention_padded(count);
-    for (long r0 = 0; r0 < rows; r0 += 6) {
-        int mr = rows - r0 < 6 ? (int)(rows - r0) : 6;
-        for (long t0 = 0; t0 < padded; t0 += sa_block) {
-            const float *qr = q + r0 * ldq, *kb = packedKeys + t0 * headSize;
-            float *s = scores + r0 * lds + t0;
-            switch (mr) {
-                case 1: scores_avx2(1, headSize, qr, ldq, kb, scale, s, lds); break;
-                case 2: scores_avx2(2, headSize, qr, ldq, kb, scale, s, lds); break;
-                case 3: scores_avx2(3, headSize, qr, ldq, kb, scale, s, lds); break;
-                case 4: scores_avx2(4, headSize, qr, ldq, kb, scale, s, lds); break;
-                case 5: scores_avx2(5, headSize, qr, ldq, kb, scale, s, lds); break;
-                default: scores_avx2(6, headSize, qr, ldq, kb, scale, s, lds); break;
+    for (long span = 0; span < padded; span += sa_span) {
+        long end = padded - span < sa_span ? padded : span + sa_span;
+        for (long r0 = 0; r0 < rows; r0 += 6) {
+            int mr = rows - r0 < 6 ? (int)(rows - r0) : 6;
+            for (long t0 = span; t0 < end; t0 += sa_block) {
+                const float *qr = q + r0 * ldq, *kb = packedKeys + t0 * headSize;
+                float *s = scores + r0 * lds + t0;
+                switch (mr) {
+                    case 1: scores_avx2(1, headSize, qr, ldq, kb, scale, s, lds); break;
+                    case 2: scores_avx2(2, headSize, qr, ldq, kb, scale, s, lds); break;
+                    case 3: scores_avx2(3, headSize, qr, ldq, kb, scale, s, lds); break;
+                    case 4: scores_avx2(4, headSize, qr, ldq, kb, scale, s, lds); break;
+                    case 5: scores_avx2(5, headSize, qr, ldq, kb, scale, s, lds); break;
+                    default: scores_avx2(6, headSize, qr, ldq, kb, scale, s, lds); break;
+                }
             }
         }
     }
@@ -205,18 +221,21 @@ static EARMARK_AVX2 void scores_rows_avx2(long rows, long count, long headSize, 
 
 static EARMARK_AVX2 void values_rows_avx2(long rows, long count, long headSize, const float *w, long ldw,
                                           const float *values, float *out, long ldo) {
-    for (long r0 = 0; r0 < rows; r0 += 6) {
-        int mr = rows - r0 < 6 ? (int)(rows - r0) : 6;
-        for (long c0 = 0; c0 < headSize; c0 += sa_block) {
-            const float *wr = w + r0 * ldw, *vc = values + c0;
-            float *o = out + r0 * ldo + c0;
-            switch (mr) {
-                case 1: values_avx2(1, count, wr, ldw, vc, headSize, o, ldo); break;
-                case 2: values_avx2(2, count, wr, ldw, vc, headSize, o, ldo); break;
-                case 3: values_avx2(3, count, wr, ldw, vc, headSize, o, ldo); break;
-                case 4: values_avx2(4, count, wr, ldw, vc, headSize, o, ldo); break;
-                case 5: values_avx2(5, count, wr, ldw, vc, headSize, o, ldo); break;
-                default: values_avx2(6, count, wr, ldw, vc, headSize, o, ldo); break;
+    for (long from = 0; from < count; from += sa_span) {
+        long to = count - from < sa_span ? count : from + sa_span;
+        for (long r0 = 0; r0 < rows; r0 += 6) {
+            int mr = rows - r0 < 6 ? (int)(rows - r0) : 6;
+            for (long c0 = 0; c0 < headSize; c0 += sa_block) {
+                const float *wr = w + r0 * ldw, *vc = values + c0;
+                float *o = out + r0 * ldo + c0;
+                switch (mr) {
+                    case 1: values_avx2(1, from, to, wr, ldw, vc, headSize, o, ldo); break;
+                    case 2: values_avx2(2, from, to, wr, ldw, vc, headSize, o, ldo); break;
+                    case 3: values_avx2(3, from, to, wr, ldw, vc, headSize, o, ldo); break;
+                    case 4: values_avx2(4, from, to, wr, ldw, vc, headSize, o, ldo); break;
+                    case 5: values_avx2(5, from, to, wr, ldw, vc, headSize, o, ldo); break;
+                    default: values_avx2(6, from, to, wr, ldw, vc, headSize, o, ldo); break;
+                }
             }
         }
     }
