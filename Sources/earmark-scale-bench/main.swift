@@ -958,7 +958,9 @@ func measure(_ catalog: ScaleCatalog, location: String? = nil, record: BuildReco
                 let l = Latency(r.ms)
                 say("  \(r.clients) client\(r.clients == 1 ? "" : "s"): \(r.queries) queries in \(fmt(r.seconds, 1)) s = \(fmt(r.perSecond, 1)) queries/s (\(fmt(r.perSecond * 10, 0))× real time)"
                     + (r.clients > 1 ? ", \(fmt(r.perSecond / throughput[0].perSecond, 2))× one client's" : "")
-                    + "; latency median \(fmt(l.median, 1)) ms, p99 \(fmt(l.p99, 1)) ms" + (r.errors > 0 ? "; \(r.errors) errors" : ""))
+                    + "; latency median \(fmt(l.median, 1)) ms, p99 \(fmt(l.p99, 1)) ms"
+                    + (r.cpuMs.isEmpty ? "" : "; CPU a query median \(fmt(Latency(r.cpuMs).median, 1)) ms")
+                    + (r.errors > 0 ? "; \(r.errors) errors" : ""))
             }
         } else {
             say("throughput: the process failed (exit \(t.status))")
