@@ -5,7 +5,7 @@ import Foundation
 /// Beats, bars and tempo of a piece (Music Understanding's rhythm dimension).
 public struct RhythmResult: Codable, Sendable, Equatable {
     public static let kind = "rhythm"
-    public static let version = 8
+    public static let version = 9
 
     /// Beat times in seconds.
     public var beats: [Double]
@@ -729,13 +729,18 @@ public final class BeatTracker {
         return bars(accents: accents, range: accents.indices)
     }
 
+    /// Bars of three win only when their downbeats lead the other beats by `threeOverFour` times the lead of bars
+    /// of four (1.3 before rhythm version 9; 1.45, the middle of the even half of tools/metre-data.sh's set between
+    /// its 4/4 pieces read in threes, 1.34 and 1.37, and its 3/4 pieces, 1.58 and up).
+    static let threeOverFour = 1.45
+
     /// ``bars(frames:low:chroma:)`` on accents already computed, over the beats of `range`.
     static func bars(accents: [Double], range: Range<Int>) -> (meter: Int, phase: Int) {
         var bestMeter = 4, bestPhase = 0, bestContrast = -Double.infinity
         for meter in [4, 3] {
             let (phase, means) = barProfile(accents, meter: meter, range: range)
             // Four beats a bar unless three is clearly better.
-            let contrast = (means[0] - means.dropFirst().reduce(0, +) / Double(meter - 1)) / (meter == 3 ? 1.3 : 1)
+            let contrast = (means[0] - means.dropFirst().reduce(0, +) / Double(meter - 1)) / (meter == 3 ? threeOverFour : 1)
             if contrast > bestContrast { (bestMeter, bestPhase, bestContrast) = (meter, phase, contrast) }
         }
         return (bestMeter, bestPhase)
@@ -789,11 +794,31 @@ public final class BeatTracker {
     /// reaches `thirdsOverHalf` of its half; pulses group in threes when the bass accents every third pulse
     /// `groupingOverPairs` times as much as every second (and more than every fourth); a beat without onsets
     /// between is only regrouped
-    /// from `fastestBeat` beats a minute up.
+    /// from `fastestBeat` beats a minute up, or from `fastestGroupedBeat` when the regrouped beats fall into bars
+    /// themselves (their bass accents group in twos, threes or fours by at least `barsOverThrees` times the threes'
+    /// contrast: a compound metre's bar leans on its first beat, while a waltz whose downbeats are alike has nothing
+    /// above its bars). The pulses group in threes also when their bass accents repeat three pulses on more than two
+    /// on (the autocorrelation of the standardised accents at lag 3 over lag 2 by `lagThreeOverTwo`) and six on more than
+    /// four or eight on (by `lagSixOverFourEight`): the dotted quarters of a compound metre tracked at two eighths, whose
+    /// bar accents, twelve eighths apart, lean on pairs and fours as much as on threes.
     static let subdivisionFloor = 0.2
     static let thirdsOverHalf = 1.0
     static let groupingOverPairs = 1.5
     static let fastestBeat = 155.0
+    static let fastestGroupedBeat = 145.0
+    static let barsOverThrees = 1.0
+    static let lagThreeOverTwo = 0.15
+    static let lagSixOverFourEight = 0.3
+
+    /// The autocorrelation of `x` (standardised) at `lag`: the mean product of values `lag` apart.
+    static func lagCorrelation(_ x: [Double], lag: Int) -> Double {
+        guard x.count > lag else { return 0 }
+        let mean = x.reduce(0, +) / Double(x.count)
+        let sd = (x.reduce(0) { $0 + ($1 - mean) * ($1 - mean) } / Double(x.count)).squareRoot() + 1e-9
+        var s = 0.0
+        for i in lag..<x.count { s += (x[i] - mean) * (x[i - lag] - mean) }
+        return s / (sd * sd * Double(x.count - lag))
+    }
 
     /// How the tracked beats divide, and the beat of a compound metre: the mean onset at the thirds of
     /// the beats against their half says whether a beat divides in three (compound: the beats stay) or in
@@ -809,7 +834,7 @@ public final class BeatTracker {
         if divided && thirds > thirdsOverHalf * sub.half { return (true, frames) }
         let perBeat = divided ? 2 : 1
         let bpm = 60 * frameRate * Double(frames.count - 1) / Double(max(1, frames.last! - frames.first!))
-        guard divided || bpm >= fastestBeat else { return (false, frames) }
+        guard divided || bpm >= fastestGroupedBeat else { return (false, frames) }
         var pulses: [Double] = []
         for i in 0..<(frames.count - 1) {
             for k in 0..<perBeat { pulses.append(Double(frames[i]) + Double(k * (frames[i + 1] - frames[i])) / Double(perBeat)) }
@@ -819,8 +844,16 @@ public final class BeatTracker {
         // Threes, not pairs, and not fours either: a syncopated bass in 4/4 (accents on 1, the and of 2, 4)
         // leans on threes against pairs but repeats every four or eight pulses.
         let pairs = grouping(accents, size: 2), threes = grouping(accents, size: 3), fours = grouping(accents, size: 4)
-        guard threes.contrast > 0, threes.contrast > groupingOverPairs * max(0, pairs.contrast), threes.contrast > fours.contrast
-        else { return (false, frames) }
+        let grouped = threes.contrast > 0 && threes.contrast > groupingOverPairs * max(0, pairs.contrast) && threes.contrast > fours.contrast
+        // Every sixth pulse, not every fourth or eighth, repeats the bass: dotted quarters in bars of twelve eighths.
+        let r = [2, 3, 4, 6, 8].map { lagCorrelation(accents, lag: $0) }
+        let lagged = r[1] - r[0] >= lagThreeOverTwo && r[3] - max(r[2], r[4]) >= lagSixOverFourEight
+        guard grouped || lagged else { return (false, frames) }
+        if !divided && bpm < fastestBeat {
+            let top = stride(from: threes.phase, to: accents.count, by: 3).map { accents[$0] }
+            let bars = [2, 3, 4].map { grouping(top, size: $0).contrast }.max()!
+            guard bars >= barsOverThrees * threes.contrast else { return (false, frames) }
+        }
         let beats = stride(from: threes.phase, to: pulses.count, by: 3).map { Int(pulses[$0].rounded()) }
         return beats.count >= 4 ? (true, beats) : (false, frames)
     }

@@ -65,6 +65,24 @@ struct MetreTests {
         #expect(BeatTracker.bassDuple(pairs, range: 0..<6) == nil)
     }
 
+    @Test("eighths of a compound metre tracked at 152 a minute are regrouped into dotted quarters when those fall into bars; a waltz at 152 whose downbeats are alike is not")
+    func eighthsInBars() {
+        // 96 tracked beats 34 frames apart (152 a minute), onsets on them only; the bass on every third beat, the bar's
+        // first (every twelfth) louder (12/8 tracked at its eighths), or every third beat alike (a waltz at its beats).
+        let frames = (0..<96).map { 100 + 34 * $0 }
+        var onset = [Double](repeating: 0, count: frames.last! + 100), compound = onset, waltz = onset
+        for (i, f) in frames.enumerated() {
+            onset[f] = 1
+            compound[f] = i % 12 == 0 ? 3 : (i % 3 == 0 ? 1 : 0.1)
+            waltz[f] = i % 3 == 0 ? 1 : 0.1
+        }
+        let eighths = BeatTracker.beatDivision(frames: frames, onset: onset, low: compound)
+        #expect(eighths.compound && eighths.beats.count == 32 && eighths.beats.first == frames[0] && eighths.beats[1] - eighths.beats[0] == 102,
+                "\(eighths.compound), \(eighths.beats.prefix(3))")
+        let beats = BeatTracker.beatDivision(frames: frames, onset: onset, low: waltz)
+        #expect(!beats.compound && beats.beats == frames)
+    }
+
     @Test("silence and a few clicks have no time signature")
     func none() throws {
         let silent = try trackedRhythm([Float](repeating: 0, count: 44_100 * 20))
