@@ -85,13 +85,15 @@ struct SpeechCLITests {
         #expect(speech["language"] as? String == "en")
         #expect(speech["text"] as? String == expected)
         #expect(speech["model"] as? String != nil)
+        // One segment (the default short window's reading) or Whisper's two (the whole window's).
         let segments = speech["segments"] as? [[String: Any]] ?? []
-        #expect(segments.count == 2)
+        #expect((1...2).contains(segments.count))
         let words = segments.flatMap { $0["words"] as? [[String: Any]] ?? [] }
         #expect(words.compactMap { $0["word"] as? String }.joined(separator: " ") == expected)
         let text = try EarmarkCLI.run(["catalog", "info", "--catalog", catalog, "2"], environment: env)
-        #expect(text.stdoutText.contains("speech:     en, 2 segments, 16 words: \u{201C}That agent is already logged on."), "\(text.stdoutText)")
-        #expect(text.stdoutText.contains("  0:00–0:02  That agent is already logged on."), "\(text.stdoutText)")
+        let count = segments.count == 1 ? "1 segment" : "\(segments.count) segments"
+        #expect(text.stdoutText.contains("speech:     en, \(count), 16 words: \u{201C}That agent is already logged on."), "\(text.stdoutText)")
+        #expect(text.stdoutText.contains("  0:00–0:0") && text.stdoutText.contains("  That agent is already logged on."), "\(text.stdoutText)")
 
         let match = try EarmarkCLI.run(["match", "--catalog", catalog, "--json", "--transcribe", prompt], environment: env, timeout: 600)
         #expect(match.status == 0, "\(match)")
