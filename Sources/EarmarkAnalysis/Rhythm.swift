@@ -652,11 +652,6 @@ public final class BeatTracker {
             let norm = v.reduce(0) { $0 + $1 * $1 }.squareRoot()
             spans.append(norm > 0 ? v.map { $0 / norm } : v)
         }
-        func standardised(_ x: [Double]) -> [Double] {
-            let mean = x.reduce(0, +) / Double(x.count)
-            let sd = (x.reduce(0) { $0 + ($1 - mean) * ($1 - mean) } / Double(x.count)).squareRoot()
-            return x.map { ($0 - mean) / (sd + 1e-9) }
-        }
         func change(_ w: Int) -> [Double] {
             standardised((0..<count).map { i -> Double in
                 guard i >= w, i + w <= count else { return 0 }
@@ -681,6 +676,11 @@ public final class BeatTracker {
             for d in -3...3 where f + d >= 0 && f + d < low.count { s = max(s, low[f + d]) }
             return s
         }
+        return standardised(x)
+    }
+
+    /// `x` less its mean, over its standard deviation (empty for an empty `x`).
+    static func standardised(_ x: [Double]) -> [Double] {
         guard !x.isEmpty else { return [] }
         let mean = x.reduce(0, +) / Double(x.count)
         let sd = (x.reduce(0) { $0 + ($1 - mean) * ($1 - mean) } / Double(x.count)).squareRoot()
@@ -810,14 +810,17 @@ public final class BeatTracker {
     static let lagThreeOverTwo = 0.15
     static let lagSixOverFourEight = 0.3
 
-    /// The autocorrelation of `x` (standardised) at `lag`: the mean product of values `lag` apart.
-    static func lagCorrelation(_ x: [Double], lag: Int) -> Double {
-        guard x.count > lag else { return 0 }
+    /// The autocorrelation of `x` (standardised) at each of `lags`: the mean product of values that far apart (0 for a
+    /// lag as long as `x`).
+    static func lagCorrelations(_ x: [Double], lags: [Int]) -> [Double] {
         let mean = x.reduce(0, +) / Double(x.count)
         let sd = (x.reduce(0) { $0 + ($1 - mean) * ($1 - mean) } / Double(x.count)).squareRoot() + 1e-9
-        var s = 0.0
-        for i in lag..<x.count { s += (x[i] - mean) * (x[i - lag] - mean) }
-        return s / (sd * sd * Double(x.count - lag))
+        return lags.map { lag in
+            guard x.count > lag else { return 0 }
+            var s = 0.0
+            for i in lag..<x.count { s += (x[i] - mean) * (x[i - lag] - mean) }
+            return s / (sd * sd * Double(x.count - lag))
+        }
     }
 
     /// How the tracked beats divide, and the beat of a compound metre: the mean onset at the thirds of
@@ -846,7 +849,7 @@ public final class BeatTracker {
         let pairs = grouping(accents, size: 2), threes = grouping(accents, size: 3), fours = grouping(accents, size: 4)
         let grouped = threes.contrast > 0 && threes.contrast > groupingOverPairs * max(0, pairs.contrast) && threes.contrast > fours.contrast
         // Every sixth pulse, not every fourth or eighth, repeats the bass: dotted quarters in bars of twelve eighths.
-        let r = [2, 3, 4, 6, 8].map { lagCorrelation(accents, lag: $0) }
+        let r = lagCorrelations(accents, lags: [2, 3, 4, 6, 8])
         let lagged = r[1] - r[0] >= lagThreeOverTwo && r[3] - max(r[2], r[4]) >= lagSixOverFourEight
         guard grouped || lagged else { return (false, frames) }
         if !divided && bpm < fastestBeat {
