@@ -63,6 +63,7 @@ struct TranscribeCLITests {
         #expect((1...2).contains(segments.count))
         #expect(segments.first?["start"] as? Double == 0)
         #expect((segments.first?["text"] as? String)?.hasPrefix("That agent is already logged on.") == true)
+        #expect(segments.compactMap { $0["text"] as? String }.joined(separator: " ") == json["text"] as? String)
         #expect(json["error"] is NSNull)
 
         let tmp = try TemporaryDirectory("transcribe")
