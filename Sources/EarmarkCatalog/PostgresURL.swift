@@ -4,6 +4,11 @@ import Foundation
 /// (also `postgresql://`), with libpq's defaults: `PGHOST`, `PGPORT`, `PGUSER`, `PGDATABASE`, then a unix socket in
 /// `/var/run/postgresql`, port 5432, the user's login name, a database named like the user. The password comes from
 /// the URL, else `PGPASSWORD`, else the password file (`PGPASSFILE`, else `~/.pgpass`) as libpq reads it.
+///
+/// As in libpq, a URL may name several servers (`postgres://db1:5432,db2:5432/music`, or `?host=db1,db2&port=…`): they
+/// are tried in order, and the first that answers and has the session ``sessionAttributes`` asks for is used
+/// (`target_session_attrs`: `any`, `read-write`, `read-only`, `primary`, `standby`, `prefer-standby`). So a primary and
+/// its standbys in one URL keep working after a standby is promoted.
 public struct PostgresURL: Sendable, Equatable {
     /// How to reach the server.
     public enum Host: Sendable, Equatable {
@@ -27,8 +32,48 @@ public struct PostgresURL: Sendable, Equatable {
         case verifyFull = "verify-full"
     }
 
-    public var host: Host
-    public var port: Int
+    /// One server of the URL.
+    public struct Endpoint: Sendable, Equatable {
+        public var host: Host
+        public var port: Int
+
+        public init(host: Host, port: Int) {
+            self.host = host
+            self.port = port
+        }
+
+        /// `host:port`, or the socket file, for messages.
+        public var description: String {
+            switch host {
+            case .tcp(let h): h.contains(":") ? "[\(h)]:\(port)" : "\(h):\(port)"
+            case .socket(let folder): "\(folder)/.s.PGSQL.\(port)"
+            }
+        }
+    }
+
+    /// Which of several servers to use: libpq's `target_session_attrs`.
+    public enum SessionAttributes: String, Sendable, Equatable {
+        /// The first that answers (for a writer of a catalog, the first that is not a standby: see `PostgresCatalog`).
+        case any
+        /// One that accepts writes (not in recovery, `transaction_read_only` off).
+        case readWrite = "read-write"
+        /// One that does not accept writes.
+        case readOnly = "read-only"
+        /// One that is not a standby.
+        case primary
+        /// A hot standby (in recovery).
+        case standby
+        /// A standby if any answers, else any.
+        case preferStandby = "prefer-standby"
+    }
+
+    /// The servers, in the order they are tried (at least one).
+    public var endpoints: [Endpoint]
+    /// The first server.
+    public var host: Host { endpoints[0].host }
+    /// The first server's port.
+    public var port: Int { endpoints[0].port }
+    public var sessionAttributes: SessionAttributes
     public var user: String
     public var password: String?
     public var database: String
@@ -38,11 +83,20 @@ public struct PostgresURL: Sendable, Equatable {
     /// The URL as given, without its password: what the store reports as its location.
     public var redacted: String
 
-    /// `host:port`, or the socket file, for messages.
-    public var endpoint: String {
-        switch host {
-        case .tcp(let h): h.contains(":") ? "[\(h)]:\(port)" : "\(h):\(port)"
-        case .socket(let folder): "\(folder)/.s.PGSQL.\(port)"
+    /// Whether the password came from the URL or `PGPASSWORD` (else each server's is looked up in ``passwordFile``).
+    private var passwordGiven: Bool
+    private var passwordFile: String?
+
+    /// `host:port`, or the socket file, for messages (the servers separated by commas).
+    public var endpoint: String { endpoints.map(\.description).joined(separator: ",") }
+
+    /// This URL narrowed to each of its servers in turn, each with its own password from the password file.
+    public var servers: [PostgresURL] {
+        endpoints.map { e in
+            var one = self
+            one.endpoints = [e]
+            if !passwordGiven { one.password = passwordFile.flatMap { one.lookUpPassword(inFile: $0) } }
+            return one
         }
     }
 
@@ -94,23 +148,28 @@ public struct PostgresURL: Sendable, Equatable {
             }
             if user == "" { user = nil }
         }
-        var hostText: String?, portText: String?
-        if hostPort.hasPrefix("[") {
-            guard let close = hostPort.firstIndex(of: "]") else { throw bad("an IPv6 address without its closing ]") }
-            hostText = String(hostPort[hostPort.index(after: hostPort.startIndex)..<close])
-            let after = hostPort[hostPort.index(after: close)...]
-            if after.hasPrefix(":") { portText = String(after.dropFirst()) } else if !after.isEmpty { throw bad("text after the IPv6 address") }
-        } else if let colon = hostPort.lastIndex(of: ":") {
-            hostText = try decode(hostPort[..<colon], "host")
-            portText = String(hostPort[hostPort.index(after: colon)...])
-        } else if !hostPort.isEmpty {
-            hostText = try decode(hostPort, "host")
+        // One item per server: [v6]:port, host:port or host (libpq's comma-separated list).
+        var hostTexts: [String] = [], portTexts: [String] = []
+        for item in hostPort.split(separator: ",", omittingEmptySubsequences: false) {
+            var hostText = "", portText = ""
+            if item.hasPrefix("[") {
+                guard let close = item.firstIndex(of: "]") else { throw bad("an IPv6 address without its closing ]") }
+                hostText = String(item[item.index(after: item.startIndex)..<close])
+                let after = item[item.index(after: close)...]
+                if after.hasPrefix(":") { portText = String(after.dropFirst()) } else if !after.isEmpty { throw bad("text after the IPv6 address") }
+            } else if let colon = item.lastIndex(of: ":") {
+                hostText = try decode(item[..<colon], "host")
+                portText = String(item[item.index(after: colon)...])
+            } else {
+                hostText = try decode(item, "host")
+            }
+            hostTexts.append(hostText)
+            portTexts.append(portText)
         }
-        if hostText == "" { hostText = nil }
-        if portText == "" { portText = nil }
         var database: String? = path.isEmpty ? nil : try decode(path, "database name")
         var sslMode: SSLMode?
         var timeout: Double?
+        var attributes: SessionAttributes?
         var kept: [Substring] = []
         for pair in query.split(separator: "&") where !pair.isEmpty {
             let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
@@ -118,8 +177,13 @@ public struct PostgresURL: Sendable, Equatable {
             let value = parts.count > 1 ? try decode(parts[1], "parameter \(key)") : ""
             if key != "password" { kept.append(pair) }
             switch key {
-            case "host": hostText = value.isEmpty ? nil : value
-            case "port": portText = value
+            case "host": hostTexts = value.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
+            case "port": portTexts = value.split(separator: ",", omittingEmptySubsequences: false).map(String.init)
+            case "target_session_attrs":
+                guard let a = SessionAttributes(rawValue: value) else {
+                    throw bad("target_session_attrs \(value) (any, read-write, read-only, primary, standby or prefer-standby)")
+                }
+                attributes = a
             case "user": user = value.isEmpty ? nil : value
             case "password": password = value
             case "dbname": database = value.isEmpty ? nil : value
@@ -132,14 +196,26 @@ public struct PostgresURL: Sendable, Equatable {
                 guard let t = Double(value), t >= 0 else { throw bad("connect_timeout \(value) is not a number of seconds") }
                 timeout = t
             case "application_name": break
-            default: throw bad("unknown parameter \(key) (host, port, user, password, dbname, sslmode, connect_timeout)")
+            default: throw bad("unknown parameter \(key) (host, port, user, password, dbname, sslmode, connect_timeout, target_session_attrs)")
             }
         }
-        portText = portText ?? environment["PGPORT"].flatMap { $0.isEmpty ? nil : $0 }
-        guard let port = Int(portText ?? "5432"), (1...65535).contains(port) else { throw bad("port \(portText ?? "") is not 1…65535") }
-        let hostName = hostText ?? environment["PGHOST"].flatMap { $0.isEmpty ? nil : $0 } ?? "/var/run/postgresql"
-        self.host = hostName.hasPrefix("/") ? .socket(folder: hostName) : .tcp(hostName)
-        self.port = port
+        func list(_ variable: String) -> [String] {
+            environment[variable].map { $0.split(separator: ",", omittingEmptySubsequences: false).map(String.init) } ?? []
+        }
+        if hostTexts.allSatisfy(\.isEmpty), !list("PGHOST").allSatisfy(\.isEmpty) { hostTexts = list("PGHOST") }
+        if portTexts.allSatisfy(\.isEmpty), !list("PGPORT").allSatisfy(\.isEmpty) { portTexts = list("PGPORT") }
+        if hostTexts.isEmpty { hostTexts = [""] }
+        if portTexts.count <= 1 { portTexts = Array(repeating: portTexts.first ?? "", count: hostTexts.count) }
+        guard portTexts.count == hostTexts.count else { throw bad("\(hostTexts.count) hosts but \(portTexts.count) ports") }
+        guard hostTexts.count <= 64 else { throw bad("more than 64 hosts") }
+        self.endpoints = try zip(hostTexts, portTexts).map { hostText, portText in
+            guard let port = Int(portText.isEmpty ? "5432" : portText), (1...65535).contains(port) else {
+                throw bad("port \(portText) is not 1…65535")
+            }
+            let name = hostText.isEmpty ? "/var/run/postgresql" : hostText
+            return Endpoint(host: name.hasPrefix("/") ? .socket(folder: name) : .tcp(name), port: port)
+        }
+        self.sessionAttributes = attributes ?? environment["PGTARGETSESSIONATTRS"].flatMap { SessionAttributes(rawValue: $0) } ?? .any
         self.user = user ?? environment["PGUSER"].flatMap { $0.isEmpty ? nil : $0 } ?? PostgresURL.loginName()
         self.database = database ?? environment["PGDATABASE"].flatMap { $0.isEmpty ? nil : $0 } ?? self.user
         if sslMode == nil, let m = environment["PGSSLMODE"], !m.isEmpty {
@@ -156,9 +232,9 @@ public struct PostgresURL: Sendable, Equatable {
         if !kept.isEmpty { shown += "?" + kept.joined(separator: "&") }
         self.redacted = shown
         self.password = password ?? environment["PGPASSWORD"].flatMap { $0.isEmpty ? nil : $0 }
-        if self.password == nil, let file = PostgresURL.passwordFile(environment: environment, home: home) {
-            self.password = lookUpPassword(inFile: file)
-        }
+        self.passwordGiven = self.password != nil
+        self.passwordFile = PostgresURL.passwordFile(environment: environment, home: home)
+        if self.password == nil, let file = passwordFile { self.password = lookUpPassword(inFile: file) }
     }
 
     /// `url` with any password dropped, for messages about a URL that does not parse.

@@ -30,7 +30,7 @@ public final class PostgresCatalog: CatalogStore {
     /// The signature algorithm of the catalog: the one asked for, or, when the default was asked for, whichever
     /// released version the catalog was built with.
     public private(set) var configuration: SignatureConfiguration
-    /// The parsed URL.
+    /// The parsed URL, narrowed to the server connected to (the first of its servers that answered and suited).
     public let target: PostgresURL
     let readOnly: Bool
     private let connection: PostgresConnection
@@ -79,15 +79,14 @@ public final class PostgresCatalog: CatalogStore {
 
     init(url: String, create: Bool, readOnly: Bool, busyTimeout: Double, configuration: SignatureConfiguration,
          shards: [PostgresURL]) throws {
-        let target = try PostgresURL(url)
-        self.target = target
-        self.location = target.redacted
+        let given = try PostgresURL(url)
+        self.location = given.redacted
         self.configuration = configuration
         self.readOnly = readOnly
         var logger = Logger(label: "earmark.catalog.postgres")
         logger.logLevel = .critical
         self.logger = logger
-        connection = try PostgresCatalog.connect(target, logger: logger, location: target.redacted)
+        (connection, target) = try PostgresCatalog.connect(given, writer: !readOnly, logger: logger, location: given.redacted)
         creatingShards = shards
         do {
             let ms = max(1, Int((max(0, min(busyTimeout, 86_400)) * 1000).rounded()))
@@ -118,7 +117,59 @@ public final class PostgresCatalog: CatalogStore {
         try? closing.wait()
     }
 
-    static func connect(_ target: PostgresURL, logger: Logger, location: String) throws -> PostgresConnection {
+    /// Connects to the first of `target`'s servers that answers and has the session attributes it asks for; a writer
+    /// given several servers and no attributes takes the first that is not a standby (after a standby's promotion the
+    /// same URL finds the new primary). Returns the connection and the URL narrowed to that server. With one server,
+    /// its own error; with several, one that names each server's (``CatalogError/Code/unavailable`` when one of them
+    /// could not be reached, so that a caller tries again later).
+    static func connect(_ target: PostgresURL, writer: Bool, logger: Logger,
+                        location: String) throws -> (PostgresConnection, PostgresURL) {
+        let servers = target.servers
+        var wanted = target.sessionAttributes
+        if wanted == .any && writer && servers.count > 1 { wanted = .primary }
+        let passes: [PostgresURL.SessionAttributes] = wanted == .preferStandby ? [.standby, .any] : [wanted]
+        var failures: [CatalogError] = []
+        for (pass, attributes) in passes.enumerated() {
+            for server in servers {
+                let connection: PostgresConnection
+                do {
+                    connection = try connectOne(server, logger: logger, location: location)
+                } catch {
+                    if pass == 0 { failures.append(describe(error, target: server, location: location, connecting: true)) }
+                    continue
+                }
+                if attributes == .any { return (connection, server) }
+                var refusal: CatalogError
+                do {
+                    let query = PostgresQuery(unsafeSQL: "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'")
+                    let row = try connection.query(query, logger: logger).wait().rows.first
+                    let (recovery, readOnly) = try row?.decode((Bool, Bool).self) ?? (false, false)
+                    let at = "the PostgreSQL server at \(server.endpoint)"
+                    switch attributes {
+                    case .readWrite where !recovery && !readOnly, .primary where !recovery, .readOnly where recovery || readOnly,
+                         .standby where recovery:
+                        return (connection, server)
+                    case .readWrite where !recovery:
+                        refusal = CatalogError(.readOnly, "\(at) takes no writes (transaction_read_only is on)", path: location)
+                    case .readWrite, .primary:
+                        refusal = CatalogError(.readOnly, "\(at) is a standby (in recovery)", path: location)
+                    default:
+                        refusal = CatalogError(.unavailable, "\(at) is not a standby (target_session_attrs=\(attributes.rawValue))", path: location)
+                    }
+                } catch {
+                    refusal = describe(error, target: server, location: location, connecting: false)
+                }
+                try? connection.close().wait()
+                if pass == 0 { failures.append(refusal) }
+            }
+        }
+        if failures.count == 1, let only = failures.first { throw only }
+        let code: CatalogError.Code = failures.contains { $0.code == .unavailable } ? .unavailable : failures.first?.code ?? .unavailable
+        throw CatalogError(code, "none of the PostgreSQL servers \(target.endpoint) can be used (\(writer ? "for writing" : "target_session_attrs=\(wanted.rawValue)")): "
+                           + failures.map(\.message).joined(separator: "; "), path: location)
+    }
+
+    private static func connectOne(_ target: PostgresURL, logger: Logger, location: String) throws -> PostgresConnection {
         var config: PostgresConnection.Configuration
         switch target.host {
         case .socket(let folder):

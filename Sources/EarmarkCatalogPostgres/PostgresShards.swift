@@ -58,13 +58,13 @@ extension PostgresCatalog {
     static func prepareShard(_ target: PostgresURL) throws {
         var logger = Logger(label: "earmark.catalog.postgres")
         logger.logLevel = .critical
-        let connection = try connect(target, logger: logger, location: target.redacted)
+        let (connection, server) = try connect(target, writer: true, logger: logger, location: target.redacted)
         defer { try? connection.close().wait() }
         func run(_ sql: String) throws -> [PostgresRow] {
             do {
                 return try connection.query(PostgresQuery(unsafeSQL: sql), logger: logger).wait().rows
             } catch {
-                throw describe(error, target: target, location: target.redacted, connecting: false)
+                throw describe(error, target: server, location: target.redacted, connecting: false)
             }
         }
         _ = try run("SET client_min_messages = warning")
@@ -89,12 +89,17 @@ extension PostgresCatalog {
         var out = ["CREATE EXTENSION IF NOT EXISTS postgres_fdw"]
         for (i, s) in shards.enumerated() {
             let name = "earmark_shard_\(i + 1)"
-            var options: [(String, String)] = []
-            switch s.host {
-            case .tcp(let h): options.append(("host", h))
-            case .socket(let folder): options.append(("host", folder))
+            // libpq's lists: several servers of a shard (its primary and standbys) are tried in order.
+            let hosts = s.endpoints.map { e in
+                switch e.host {
+                case .tcp(let h): h
+                case .socket(let folder): folder
+                }
             }
-            options += [("port", String(s.port)), ("dbname", s.database), ("sslmode", s.sslMode.rawValue),
+            var options: [(String, String)] = [("host", hosts.joined(separator: ",")),
+                                               ("port", s.endpoints.map { String($0.port) }.joined(separator: ","))]
+            if s.sessionAttributes != .any { options.append(("target_session_attrs", s.sessionAttributes.rawValue)) }
+            options += [("dbname", s.database), ("sslmode", s.sslMode.rawValue),
                         ("connect_timeout", String(max(1, Int(s.connectTimeout.rounded())))), ("application_name", "earmark-coordinator"),
                         // One lookup fans out to every shard at once; big fetches, batched inserts.
                         ("async_capable", "true"), ("fetch_size", "10000"), ("batch_size", "1000")]

@@ -31,7 +31,7 @@ enum PostgresURLFuzzing {
         do { again = try PostgresURL(parsed.redacted, environment: environment, home: home) } catch {
             preconditionFailure("the redacted \(parsed.redacted) of \(url) does not parse: \(error)")
         }
-        precondition(again.host == parsed.host && again.port == parsed.port && again.user == parsed.user
+        precondition(again.endpoints == parsed.endpoints && again.sessionAttributes == parsed.sessionAttributes && again.user == parsed.user
                      && again.database == parsed.database && again.sslMode == parsed.sslMode
                      && again.connectTimeout == parsed.connectTimeout, "the redacted \(parsed.redacted) of \(url) names another server")
         let bare = try? PostgresURL(parsed.redacted, environment: [:], home: "/nonexistent")

@@ -9,7 +9,7 @@ import Testing
 // A primary and a hot standby (streaming replication, PostgresServer(standbyOf:)), both throwaway servers.
 @Suite("PostgresCatalog on a hot standby", .enabled(if: PostgresServer.testsEnabled))
 struct StandbyTests {
-    @Test("a standby answers as its primary; with replay paused a new track is not seen at all, then whole; it refuses writes; promoted, it takes them")
+    @Test("a standby answers as its primary; with replay paused a new track is not seen at all, then whole; it refuses writes; promoted, it takes them, also through one URL naming both servers")
     func standby() async throws {
         let reference = try await ReferenceCatalog.shared.value()
         let primary = try PostgresServer()
@@ -65,10 +65,31 @@ struct StandbyTests {
         let refused = catalogError { _ = try PostgresCatalog(url: standby.url) }
         #expect(refused?.code == .readOnly && refused?.message.contains("standby") == true, "\(String(describing: refused))")
 
-        // The primary lost, the standby promoted: it takes writes, and what it held is whole.
+        // One URL naming both servers, the standby first (libpq's form): a writer takes the primary; a reader the first
+        // that answers, or the kind target_session_attrs asks for.
+        func both(_ first: PostgresServer, _ second: PostgresServer, _ attributes: String? = nil) -> String {
+            "postgres://postgres@127.0.0.1:\(first.port),127.0.0.1:\(second.port)/\(primary.database)?sslmode=disable"
+                + (attributes.map { "&target_session_attrs=\($0)" } ?? "")
+        }
+        let at = (primary: "127.0.0.1:\(primary.port)", standby: "127.0.0.1:\(standby.port)")
+        #expect(try PostgresCatalog(url: both(standby, primary)).target.endpoint == at.primary)
+        #expect(try PostgresCatalog(url: both(standby, primary), readOnly: true).target.endpoint == at.standby)
+        #expect(try PostgresCatalog(url: both(primary, standby, "standby"), readOnly: true).target.endpoint == at.standby)
+        #expect(try PostgresCatalog(url: both(primary, standby, "prefer-standby"), readOnly: true).target.endpoint == at.standby)
+        #expect(try PostgresCatalog(url: both(standby, primary, "read-write"), readOnly: true).target.endpoint == at.primary)
+        #expect(try PostgresCatalog(url: both(standby, primary, "primary"), readOnly: true).trackCount() == before + 1)
+        let noStandby = catalogError { _ = try PostgresCatalog(url: primary.url + "&target_session_attrs=standby", readOnly: true) }
+        #expect(noStandby?.code == .unavailable && noStandby?.message.contains("not a standby") == true, "\(String(describing: noStandby))")
+
+        // The primary lost: no server of the two takes writes (unavailable: try again later); the standby promoted, the
+        // same URL finds it. What it held is whole.
         primary.halt()
+        let lost = catalogError { _ = try PostgresCatalog(url: both(standby, primary)) }
+        #expect(lost?.code == .unavailable && lost?.message.contains(at.primary) == true && lost?.message.contains(at.standby) == true,
+                "\(String(describing: lost))")
         try standby.promote()
-        let promoted = try PostgresCatalog(url: standby.url)
+        let promoted = try PostgresCatalog(url: both(primary, standby))
+        #expect(promoted.target.endpoint == at.standby)
         let (late, lateLandmarks) = syntheticTracks(1, seed: 901)[0]
         guard case .added = try promoted.add(late, landmarks: lateLandmarks, peaks: []) else {
             Issue.record("the late track was a duplicate")

@@ -37,6 +37,35 @@ struct PostgresURLTests {
         #expect(wins.password == "urlpass")
     }
 
+    @Test("several servers: host:port lists, ?host= and ?port= lists, one port for all, target_session_attrs; each server's own password")
+    func severalServers() throws {
+        let u = try PostgresURL("postgres://me@db1:5433,[::1]:5434,db3/music?target_session_attrs=read-write", environment: [:], home: "/nonexistent")
+        #expect(u.endpoints == [.init(host: .tcp("db1"), port: 5433), .init(host: .tcp("::1"), port: 5434), .init(host: .tcp("db3"), port: 5432)])
+        #expect(u.host == .tcp("db1") && u.port == 5433 && u.sessionAttributes == .readWrite)
+        #expect(u.endpoint == "db1:5433,[::1]:5434,db3:5432")
+        #expect(u.redacted == "postgres://me@db1:5433,[::1]:5434,db3/music?target_session_attrs=read-write")
+        #expect(u.servers.map(\.endpoint) == ["db1:5433", "[::1]:5434", "db3:5432"])
+        #expect(u.servers.allSatisfy { $0.database == "music" && $0.user == "me" && $0.endpoints.count == 1 && $0.sessionAttributes == .readWrite })
+        let q = try PostgresURL("postgres://me@/music?host=db1,db2&port=6000", environment: [:], home: "/nonexistent")
+        #expect(q.endpoints.map(\.description) == ["db1:6000", "db2:6000"] && q.sessionAttributes == .any)
+        let lists = try PostgresURL("postgres://me@/music?host=/tmp/a,db2&port=6000,6001&target_session_attrs=prefer-standby",
+                                    environment: [:], home: "/nonexistent")
+        #expect(lists.endpoints == [.init(host: .socket(folder: "/tmp/a"), port: 6000), .init(host: .tcp("db2"), port: 6001)])
+        #expect(lists.sessionAttributes == .preferStandby)
+        let env = try PostgresURL("postgres:///music", environment: ["PGHOST": "h1,h2", "PGPORT": "7001,7002", "PGTARGETSESSIONATTRS": "standby"],
+                                  home: "/nonexistent")
+        #expect(env.endpoint == "h1:7001,h2:7002" && env.sessionAttributes == .standby)
+        // A password given applies to every server; otherwise each server's line of the password file.
+        let dir = try TemporaryDirectory("pgpass-several")
+        let file = dir.path(".pgpass")
+        try "db1:5432:*:me:one\ndb2:5432:*:me:two\n".write(toFile: file, atomically: true, encoding: .utf8)
+        chmod(file, 0o600)
+        let looked = try PostgresURL("postgres://me@db1,db2,db3/music", environment: [:], home: dir.path)
+        #expect(looked.password == "one" && looked.servers.map(\.password) == ["one", "two", nil])
+        let given = try PostgresURL("postgres://me:pw@db1,db2/music", environment: [:], home: dir.path)
+        #expect(given.servers.map(\.password) == ["pw", "pw"])
+    }
+
     @Test("~/.pgpass as libpq reads it: first matching line, * wildcards, \\: escapes; ignored when others may read it")
     func passwordFile() throws {
         let dir = try TemporaryDirectory("pgpass")
@@ -61,7 +90,8 @@ struct PostgresURLTests {
 
     @Test("what is not a PostgreSQL URL is .invalidArgument, and the message holds no password",
           arguments: ["mysql://u:pw@h/db", "postgres://u:pw@h/db?sslmode=maybe", "postgres://u:pw@h:99999/db",
-                      "postgres://u:pw@h/db?color=red", "postgres://u:pw@[::1/db", "/tmp/x.earcat"])
+                      "postgres://u:pw@h/db?color=red", "postgres://u:pw@[::1/db", "/tmp/x.earcat",
+                      "postgres://u:pw@h1,h2/db?port=1,2,3", "postgres://u:pw@h1:5432,h2:0/db", "postgres://u:pw@h/db?target_session_attrs=master"])
     func invalid(url: String) throws {
         var e: CatalogError?
         do { _ = try PostgresURL(url, environment: [:], home: "/nonexistent") } catch let error as CatalogError { e = error }

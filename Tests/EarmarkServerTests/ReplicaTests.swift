@@ -10,7 +10,7 @@ import Testing
         ((reply.object["matches"] as? [[String: Any]])?.first?["track"] as? [String: Any])?["title"] as? String
     }
 
-    @Test("reads go to the standby, writes to the primary and reach the standby; the primary lost, reads go on and writes get 503; the standby lost, 503 catalog_unavailable")
+    @Test("reads go to the standby, writes to the primary and reach the standby; the primary lost, reads go on and writes get 503; the standby promoted, writes reach it through the same --catalog URL; the standby lost, 503 catalog_unavailable")
     func primaryAndStandby() async throws {
         let scene = try await WriteTests.Scene("serve-replica")
         let primary = try PostgresServer()
@@ -24,7 +24,9 @@ import Testing
             $0.writeToken = WriteTests.writeToken
             $0.replicaPaths = [standby.url]
         }
-        try await TestServer.with(catalog: primary.url, configure: configure) { server in
+        // --catalog names both servers (libpq's multi-host URL): writes go to whichever is not a standby.
+        let both = "postgres://postgres@127.0.0.1:\(primary.port),127.0.0.1:\(standby.port)/\(primary.database)?sslmode=disable"
+        try await TestServer.with(catalog: both, configure: configure) { server in
             #expect(server.server.configuration.readPaths == [standby.url])
             let known = try await server.post("/v1/match", body: try scene.clip("sorcerer", start: 20, seconds: 8))
             #expect(known.status == 200 && ReplicaTests.firstTitle(known) == "sorcerer", "\(known.text)")
@@ -49,6 +51,15 @@ import Testing
             let write = try await WriteTests.send(server, "PATCH", "/v1/tracks/\(id)", body: patch,
                                                   headers: WriteTests.bearer + [("Content-Type", "application/json")])
             #expect(write.status == 503 && write.errorCode == "catalog_unavailable" && write.headers["retry-after"] != nil, "\(write.status) \(write.text)")
+
+            // The standby promoted: the next write finds it through the same URL, and reads see the write.
+            try standby.promote()
+            let renamed = try await WriteTests.send(server, "PATCH", "/v1/tracks/\(id)", body: patch,
+                                                    headers: WriteTests.bearer + [("Content-Type", "application/json")])
+            #expect(renamed.status == 200, "\(renamed.status) \(renamed.text)")
+            #expect(try standby.sql("SELECT title FROM tracks WHERE id = \(id)") == "Renamed")
+            let match = try await server.post("/v1/match", body: try scene.clip("pingus-5", start: 14, seconds: 6))
+            #expect(ReplicaTests.firstTitle(match) == "Renamed", "\(match.text)")
 
             // The standby gone too: every read is 503 catalog_unavailable (each worker's lost connection, then a
             // new one that cannot be made), and the process stays up.
