@@ -11,26 +11,12 @@
 
 // MARK: Portable code
 
-static inline float half_value(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exponent = (h >> 10) & 0x1Fu, mantissa = h & 0x3FFu, bits;
-    float f;
-    if (exponent == 0) {
-        // Zero or subnormal: mantissa · 2⁻²⁴, exact in Float32.
-        f = (float)mantissa * 5.9604644775390625e-8f;
-        memcpy(&bits, &f, sizeof bits);
-        bits |= sign;
-    } else if (exponent == 31) {
-        bits = sign | 0x7F800000u | (mantissa << 13);   // infinity or NaN
-    } else {
-        bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);
-    }
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
 static void half_to_float_portable(const uint16_t *src, float *dst, long count) {
     for (long i = 0; i < count; i++) dst[i] = half_value(src[i]);
+}
+
+void earmark_float_to_half_portable(const float *src, uint16_t *dst, long count) {
+    for (long i = 0; i < count; i++) dst[i] = half_bits(src[i]);
 }
 
 enum { portable_chunk = 256, portable_rows = 16 };
@@ -150,11 +136,33 @@ static EARMARK_AVX2 void half_to_float_avx2(const uint16_t *src, float *dst, lon
     for (; i < count; i++) dst[i] = half_value(src[i]);
 }
 
+static EARMARK_AVX2 void float_to_half_avx2(const float *src, uint16_t *dst, long count) {
+    // min(limit, x) and then max(−limit, ·) keep a NaN (each returns its second operand when one is NaN).
+    const __m256 limit = _mm256_set1_ps(65504.0f), negative = _mm256_set1_ps(-65504.0f);
+    long i = 0;
+    for (; i + 8 <= count; i += 8) {
+        __m256 x = _mm256_max_ps(negative, _mm256_min_ps(limit, _mm256_loadu_ps(src + i)));
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    for (; i < count; i++) dst[i] = half_bits(src[i]);
+}
+
 int earmark_has_avx2_fma_f16c(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
 #else
+static EARMARK_AVX2 void float_to_half_avx2(const float *src, uint16_t *dst, long count) {
+    // min(limit, x) and then max(−limit, ·) keep a NaN (each returns its second operand when one is NaN).
+    const __m256 limit = _mm256_set1_ps(65504.0f), negative = _mm256_set1_ps(-65504.0f);
+    long i = 0;
+    for (; i + 8 <= count; i += 8) {
+        __m256 x = _mm256_max_ps(negative, _mm256_min_ps(limit, _mm256_loadu_ps(src + i)));
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    for (; i < count; i++) dst[i] = half_bits(src[i]);
+}
+
 int earmark_has_avx2_fma_f16c(void) { return 0; }
 #endif
 
@@ -180,6 +188,16 @@ void earmark_half_to_float(const uint16_t *src, float *dst, long count) {
     }
 #endif
     half_to_float_portable(src, dst, count);
+}
+
+void earmark_float_to_half(const float *src, uint16_t *dst, long count) {
+#ifdef EARMARK_X86
+    if (earmark_has_avx2_fma_f16c()) {
+        float_to_half_avx2(src, dst, count);
+        return;
+    }
+#endif
+    earmark_float_to_half_portable(src, dst, count);
 }
 
 const char *earmark_half_gemm_path(void) { return earmark_has_avx2_fma_f16c() ? "avx2-fma-f16c" : "portable"; }

@@ -76,12 +76,16 @@ public final class WhisperNetwork {
     /// The window's cross-attention keys and values, packed per layer and head for `earmark_attention_scores` and
     /// `earmark_attention_values` (layer l at `l · crossLayerStride`, head h at
     /// `h · earmark_attention_packed_count(encodedPositions, headSize)`): made once per window by ``prepareDecoder()``
-    /// and read in place at every step.
+    /// and read in place at every step. With int8 decoder weights they are held as binary16 (``crossHalf``: 2 bytes a
+    /// value, half the bytes a step reads), otherwise as Float32.
     private let crossKeys: UnsafeMutablePointer<Float>
     private let crossValues: UnsafeMutablePointer<Float>
     private let crossLayerStride: Int
-    /// One layer's keys or values as rows of width d, before they are packed (`audioContext × audioState`).
+    private let crossHalf: Bool
+    /// One layer's keys or values as rows of width d, before they are packed (`audioContext × audioState`), and the
+    /// same rounded to binary16 when ``crossHalf``.
     private let crossStaging: UnsafeMutablePointer<Float>
+    private let crossStagingHalf: UnsafeMutablePointer<UInt16>
     /// Self-attention key/value caches, one slot per sequence decoded side by side (beam search, sampling
     /// several candidates): slot s, layer l starts at `(s · layers + l) · textContext · d`.
     private var selfKeys: UnsafeMutablePointer<Float>
@@ -169,10 +173,14 @@ public final class WhisperNetwork {
         // self-attention's scratch share the feed-forward buffer and the stem shares the query/key/value buffer.
         let qkvSize = max(3 * context * d, frames * d)
         let wideSize = max(4 * context * d, frames * mels * 3, context * d * 3, earmark_self_attention_scratch_count(context, d / a.audioHeads))
-        // Left uninitialised: the encoder and prepareDecoder() write every value they read later, so the arena's 37 MB
-        // only become resident at the first window (after speech detection has freed its buffers, in `transcribe`).
+        // Left uninitialised: the encoder and prepareDecoder() write every value they read later, so the arena (31 MB;
+        // 37 MB with Float32 keys and values) only becomes resident at the first window (after speech detection has
+        // freed its buffers, in `transcribe`).
         let crossLayerStride = a.audioHeads * earmark_attention_packed_count(context, d / a.audioHeads)
-        let arenaSize = max(3 * context * d + qkvSize + wideSize, 2 * a.textLayers * crossLayerStride)
+        let crossHalf = model.decoderWeights == .int8
+        // Floats that hold all layers' keys (or values): binary16 ones take half as many.
+        let crossFloats = a.textLayers * crossLayerStride / (crossHalf ? 2 : 1)
+        let arenaSize = max(3 * context * d + qkvSize + wideSize, 2 * crossFloats)
         let arena = UnsafeMutablePointer<Float>.allocate(capacity: arenaSize)
         made.append(arena)
         x = arena
@@ -185,11 +193,13 @@ public final class WhisperNetwork {
         stem = qkv
         encoded = buffer(context * d)
         crossKeys = arena
-        crossValues = arena + a.textLayers * crossLayerStride
+        crossValues = arena + crossFloats
         self.crossLayerStride = crossLayerStride
         // Written before it is read, like the arena.
         crossStaging = .allocate(capacity: context * d)
         made.append(crossStaging)
+        self.crossHalf = crossHalf
+        crossStagingHalf = .allocate(capacity: crossHalf ? context * d : 1)
         stepScores = buffer(max(context, textContext))
         crossScores = buffer(WhisperNetwork.crossRows * context)
         allocations = made
@@ -205,6 +215,7 @@ public final class WhisperNetwork {
         for p in [selfKeys, selfValues, tx, th, tqkv, ta, tf, logitsBuffer] { p.deallocate() }
         quantizedRows.deallocate()
         encoderRows.deallocate()
+        crossStagingHalf.deallocate()
     }
 
     private static func quantizedScratch(model: SpeechModel, rows: Int, d: Int) -> UnsafeMutablePointer<Int16> {
@@ -305,13 +316,18 @@ public final class WhisperNetwork {
             let kv = layer.crossKeyValue
             let keys = Linear(weight: kv.weight, bias: kv.bias, rows: d, cols: d)
             let values = Linear(weight: kv.weight + d * d, bias: kv.bias + d, rows: d, cols: d)
-            WhisperNetwork.affine(encoded, rows: n, keys, into: crossStaging, accumulate: false)
-            for head in 0..<heads {
-                earmark_attention_pack_keys(crossStaging + head * hs, d, n, hs, crossKeys + l * crossLayerStride + head * headStride)
-            }
-            WhisperNetwork.affine(encoded, rows: n, values, into: crossStaging, accumulate: false)
-            for head in 0..<heads {
-                earmark_attention_pack_values(crossStaging + head * hs, d, n, hs, crossValues + l * crossLayerStride + head * headStride)
+            for (projection, packed, isKeys) in [(keys, crossKeys, true), (values, crossValues, false)] {
+                WhisperNetwork.affine(encoded, rows: n, projection, into: crossStaging, accumulate: false)
+                if crossHalf { earmark_float_to_half(crossStaging, crossStagingHalf, n * d) }
+                for head in 0..<heads {
+                    let offset = l * crossLayerStride + head * headStride
+                    switch (crossHalf, isKeys) {
+                    case (true, true): earmark_attention_pack_keys_half(crossStagingHalf + head * hs, d, n, hs, halfPacked(packed, offset))
+                    case (true, false): earmark_attention_pack_values_half(crossStagingHalf + head * hs, d, n, hs, halfPacked(packed, offset))
+                    case (false, true): earmark_attention_pack_keys(crossStaging + head * hs, d, n, hs, packed + offset)
+                    case (false, false): earmark_attention_pack_values(crossStaging + head * hs, d, n, hs, packed + offset)
+                    }
+                }
             }
         }
         position = 0
@@ -461,21 +477,35 @@ public final class WhisperNetwork {
     /// ``crossAttentionLogits(tokens:heads:frames:)`` runs (one row), the logits of the captured heads are copied out.
     private func attendWindow(queries: UnsafePointer<Float>, rows: Int, layer l: Int, scale: Float, into out: UnsafeMutablePointer<Float>) {
         let d = self.d, hs = headSize, n = encodedPositions, headStride = earmark_attention_packed_count(n, hs)
-        let keys = crossKeys + l * crossLayerStride, values = crossValues + l * crossLayerStride
         var start = 0
         while start < rows {
             let group = min(WhisperNetwork.crossRows, rows - start)
             for head in 0..<heads {
-                earmark_attention_scores(group, n, hs, queries + start * d + head * hs, d, keys + head * headStride, scale, crossScores, n)
+                let q = queries + start * d + head * hs, offset = l * crossLayerStride + head * headStride
+                if crossHalf {
+                    earmark_attention_scores_half(group, n, hs, q, d, halfPacked(crossKeys, offset), scale, crossScores, n)
+                } else {
+                    earmark_attention_scores(group, n, hs, q, d, crossKeys + offset, scale, crossScores, n)
+                }
                 if let capture, captureIndex[l * heads + head] >= 0 {
                     let i = captureIndex[l * heads + head]
                     (capture + (i * captureTokens + position) * captureFrames).update(from: crossScores, count: min(captureFrames, n))
                 }
                 for r in 0..<group { WhisperNetwork.softmax(crossScores + r * n, count: n) }
-                earmark_attention_values(group, n, hs, crossScores, n, values + head * headStride, out + start * d + head * hs, d)
+                if crossHalf {
+                    earmark_attention_values_half(group, n, hs, crossScores, n, halfPacked(crossValues, offset), out + start * d + head * hs, d)
+                } else {
+                    earmark_attention_values(group, n, hs, crossScores, n, crossValues + offset, out + start * d + head * hs, d)
+                }
             }
             start += group
         }
+    }
+
+    /// Where packed value `offset` of binary16 keys or values starts in `base`'s memory (2 bytes a value; only C code
+    /// reads or writes them, so the memory stays bound to Float for Swift).
+    private func halfPacked(_ base: UnsafeMutablePointer<Float>, _ offset: Int) -> UnsafeMutableRawPointer {
+        UnsafeMutableRawPointer(base) + 2 * offset
     }
 
     // MARK: Kernels

@@ -14,11 +14,14 @@ struct AttentionKernelTests {
         var packedKeys: [Float], packedValues: [Float]
     }
 
-    static func makeCase(rows: Int, count: Int, headSize: Int, seed: UInt64) -> Case {
+    /// With `binary16`, the keys and values are values of binary16 (Float32 rounded to it), so that the Float32 kernels
+    /// and the binary16 ones read the same numbers.
+    static func makeCase(rows: Int, count: Int, headSize: Int, seed: UInt64, binary16: Bool = false) -> Case {
         var g = Generator(state: seed)
         let ld = headSize * 3 + 16, offset = headSize
-        let keys = (0..<(count * ld)).map { _ in g.unit() * 4 }
-        let values = (0..<(count * ld)).map { _ in g.unit() * 4 }
+        let round: (Float) -> Float = binary16 ? { Float(Float16($0)) } : { $0 }
+        let keys = (0..<(count * ld)).map { _ in round(g.unit() * 4) }
+        let values = (0..<(count * ld)).map { _ in round(g.unit() * 4) }
         let queries = (0..<(rows * ld)).map { _ in g.unit() }
         // Attention weights: non-negative, each row summing to about 1 (a softmax's output).
         let weights = (0..<(rows * count)).map { _ in (g.unit() + 1) / Float(max(1, count)) }
@@ -113,6 +116,88 @@ struct AttentionKernelTests {
                 }
             }
         }
+    }
+
+    /// The case's keys and values as binary16 bit patterns (earmark_float_to_half), packed by the binary16 packings.
+    static func halfPacked(_ c: Case) -> (keys: [UInt16], values: [UInt16]) {
+        func pack(_ source: [Float], keys: Bool) -> [UInt16] {
+            var bits = [UInt16](repeating: 0, count: source.count)
+            earmark_float_to_half(source, &bits, source.count)
+            var packed = [UInt16](repeating: 0xFFFF, count: earmark_attention_packed_count(c.count, c.headSize))
+            bits.withUnsafeBufferPointer { b in
+                packed.withUnsafeMutableBytes { out in
+                    if keys {
+                        earmark_attention_pack_keys_half(b.baseAddress! + c.offset, c.ld, c.count, c.headSize, out.baseAddress)
+                    } else {
+                        earmark_attention_pack_values_half(b.baseAddress! + c.offset, c.ld, c.count, c.headSize, out.baseAddress)
+                    }
+                }
+            }
+            return packed
+        }
+        return (pack(c.keys, keys: true), pack(c.values, keys: false))
+    }
+
+    @Test("binary16 keys and values: the same bits as the Float32 kernels on the same numbers, on both paths")
+    func binary16Kernels() {
+        for (i, shape) in AttentionKernelTests.shapes.enumerated() {
+            let c = AttentionKernelTests.makeCase(rows: shape.rows, count: shape.count, headSize: shape.headSize, seed: UInt64(90 + i),
+                                                  binary16: true)
+            let (keys, values) = AttentionKernelTests.halfPacked(c)
+            // The key packing writes padded(count) · headSize values (the rest of the buffer is the layout's rounding).
+            let written = earmark_attention_padded(c.count) * c.headSize
+            #expect(zip(keys.prefix(written), c.packedKeys).allSatisfy { Float(Float16(bitPattern: $0)) == $1 }, "shape \(shape): packed keys")
+            #expect(zip(values, c.packedValues).allSatisfy { Float(Float16(bitPattern: $0)) == $1 }, "shape \(shape): packed values")
+            let scale: Float = 0.125
+            let expectedScores = AttentionKernelTests.scores(earmark_attention_scores, c, scale: scale)
+            let expectedValues = AttentionKernelTests.values(earmark_attention_values, c)
+            for (scoresKernel, valuesKernel, path) in [(earmark_attention_scores_half, earmark_attention_values_half, "dispatched"),
+                                           (earmark_attention_scores_half_portable, earmark_attention_values_half_portable, "portable")] {
+                let lds = c.count + 2, ldo = c.headSize + 3
+                var s = [Float](repeating: -7, count: c.rows * lds), v = [Float](repeating: -7, count: c.rows * ldo)
+                keys.withUnsafeBytes { k in
+                    c.queries.withUnsafeBufferPointer { q in
+                        scoresKernel(c.rows, c.count, c.headSize, q.baseAddress! + c.offset, c.ld, k.baseAddress, scale, &s, lds)
+                    }
+                }
+                values.withUnsafeBytes { packed in
+                    c.weights.withUnsafeBufferPointer { w in
+                        valuesKernel(c.rows, c.count, c.headSize, w.baseAddress, c.count, packed.baseAddress, &v, ldo)
+                    }
+                }
+                #expect(s.map(\.bitPattern) == expectedScores.map(\.bitPattern), "scores, shape \(shape), \(path)")
+                #expect(v.map(\.bitPattern) == expectedValues.map(\.bitPattern), "values, shape \(shape), \(path)")
+            }
+        }
+    }
+
+    @Test("Float32 to binary16: nearest, ties to even, subnormals, saturation at ±65504; the vector and portable code agree")
+    func toBinary16() {
+        var g = Generator(state: 5)
+        var inputs: [Float] = [0, -0, 1, -1, 65504, 65519, 65520, 70000, .infinity, -.infinity, 6.1035156e-05, 6.0e-05,
+                               5.9604645e-08, 2.9802322e-08, 2.9802326e-08, 1.0e-8, -3.0e-06, 1.00048828125, 1.00146484375,
+                               .leastNonzeroMagnitude, .greatestFiniteMagnitude]
+        for _ in 0..<4000 {
+            let exponent = Float(Int(g.unit() * 20))   // exponents from -19 to 19
+            inputs.append(g.unit() * Float(pow(2.0, Double(exponent))))
+        }
+        // Ties: the midpoints between neighbouring binary16 values, normal and subnormal.
+        for bits: UInt16 in [0x0001, 0x0002, 0x03FF, 0x0400, 0x3C00, 0x3C01, 0x7BFE] {
+            let low = Float(Float16(bitPattern: bits)), high = Float(Float16(bitPattern: bits + 1))
+            inputs.append((low + high) / 2)
+            inputs.append(-(low + high) / 2)
+        }
+        var fast = [UInt16](repeating: 0, count: inputs.count), portable = fast
+        earmark_float_to_half(inputs, &fast, inputs.count)
+        earmark_float_to_half_portable(inputs, &portable, inputs.count)
+        #expect(fast == portable)
+        for (x, bits) in zip(inputs, portable) {
+            let expected: UInt16 = abs(x) >= 65504 ? (x < 0 ? 0xFBFF : 0x7BFF) : Float16(x).bitPattern
+            #expect(bits == expected, "\(x): \(String(bits, radix: 16)), expected \(String(expected, radix: 16))")
+        }
+        var nan = [UInt16](repeating: 0, count: 1)
+        earmark_float_to_half([Float.nan], &nan, 1)
+        #expect(Float16(bitPattern: nan[0]).isNaN)
     }
 
     @Test("packing: keys in blocks of 16 positions, values in column blocks of 16, zeros past the last position")

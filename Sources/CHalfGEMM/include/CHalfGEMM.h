@@ -22,6 +22,11 @@ void earmark_half_gemm_portable(long rows, long n, long k, const float *a, long 
 // dst[i] = the binary16 value src[i] as a Float32 (exact: every binary16 value is a Float32 value).
 void earmark_half_to_float(const uint16_t *src, float *dst, long count);
 
+// dst[i] = src[i] rounded to the nearest binary16 value (ties to even), as its bit pattern; magnitudes of 65504 and
+// more (infinities too) give ±65504, the largest finite one, and a NaN gives a NaN. The same bits on every path.
+void earmark_float_to_half(const float *src, uint16_t *dst, long count);
+void earmark_float_to_half_portable(const float *src, uint16_t *dst, long count);
+
 // The code earmark_half_gemm (and earmark_softmax) runs on this CPU: "avx2-fma-f16c" or "portable".
 const char *earmark_half_gemm_path(void);
 
@@ -135,6 +140,20 @@ void earmark_attention_scores_portable(long rows, long count, long headSize, con
                                        const float *packedKeys, float scale, float *scores, long lds);
 void earmark_attention_values_portable(long rows, long count, long headSize, const float *weights, long ldw,
                                        const float *packedValues, float *out, long ldo);
+
+// The same with keys and values held as binary16 (half the bytes a decoder step reads): the packings take binary16
+// bit patterns (earmark_float_to_half's) in the layout above and write that many 2-byte values to `packed`; the
+// products widen each value to Float32 exactly as they read it, then sum as above (the same bits on both paths).
+void earmark_attention_pack_keys_half(const uint16_t *keys, long ldk, long count, long headSize, void *packed);
+void earmark_attention_pack_values_half(const uint16_t *values, long ldv, long count, long headSize, void *packed);
+void earmark_attention_scores_half(long rows, long count, long headSize, const float *q, long ldq, const void *packedKeys,
+                                   float scale, float *scores, long lds);
+void earmark_attention_values_half(long rows, long count, long headSize, const float *weights, long ldw,
+                                   const void *packedValues, float *out, long ldo);
+void earmark_attention_scores_half_portable(long rows, long count, long headSize, const float *q, long ldq,
+                                            const void *packedKeys, float scale, float *scores, long lds);
+void earmark_attention_values_half_portable(long rows, long count, long headSize, const float *weights, long ldw,
+                                            const void *packedValues, float *out, long ldo);
 
 // Self-attention of `count` positions (the encoder's queries, keys and values, as its projections leave them: row t of
 // head h at q + t·ld + h·headSize, k + …, v + …) for `heads` heads of `headSize`:
