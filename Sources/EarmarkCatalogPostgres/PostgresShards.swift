@@ -143,10 +143,14 @@ extension PostgresCatalog {
                 guard let eq = part.firstIndex(of: "=") else { continue }
                 o[String(part[..<eq])] = String(part[part.index(after: eq)...])
             }
-            let host = o["host"] ?? "?"
-            let hostPort = host.hasPrefix("/") ? "\(host)/.s.PGSQL.\(o["port"] ?? "5432")"
-                : host.contains(":") ? "[\(host)]:\(o["port"] ?? "5432")" : "\(host):\(o["port"] ?? "5432")"
-            return PostgresShard(name: name, location: "\(hostPort)/\(o["dbname"] ?? "?")")
+            // libpq's lists (a shard's primary and standbys): one port for all hosts, or one each.
+            let hosts = (o["host"] ?? "?").split(separator: ",", omittingEmptySubsequences: false).map(String.init)
+            let ports = (o["port"] ?? "5432").split(separator: ",", omittingEmptySubsequences: false).map(String.init)
+            let hostPorts = hosts.enumerated().map { i, host in
+                let port = ports.count == hosts.count ? ports[i] : ports.first ?? "5432"
+                return host.hasPrefix("/") ? "\(host)/.s.PGSQL.\(port)" : host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+            }
+            return PostgresShard(name: name, location: "\(hostPorts.joined(separator: ","))/\(o["dbname"] ?? "?")")
         }
     }
 

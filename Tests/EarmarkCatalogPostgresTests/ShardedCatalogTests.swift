@@ -41,8 +41,11 @@ struct ShardedCatalogTests {
         let dir = try TemporaryDirectory("pg-sharded")
         try Catalog(path: reference.path, readOnly: true).export(to: dir.path("s.earcat"))
         let sqlite = try Catalog(path: dir.path("s.earcat"))
-        let pg = try servers.create()
-        #expect(pg.shards.map(\.location) == servers.shards.map { "127.0.0.1:\($0.port)/earmark" })
+        // The second shard's URL names a server that is not there first (port 1), as a shard's primary and standby
+        // would be named: the store and postgres_fdw (libpq) both go on to the next.
+        let second = "postgres://postgres@127.0.0.1:1,127.0.0.1:\(servers.shards[1].port)/earmark?sslmode=disable"
+        let pg = try PostgresCatalog.create(url: servers.coordinator.url, shards: [servers.shards[0].url, second])
+        #expect(pg.shards.map(\.location) == ["127.0.0.1:\(servers.shards[0].port)/earmark", "127.0.0.1:1,127.0.0.1:\(servers.shards[1].port)/earmark"])
         // A second init of the same coordinator is refused.
         #expect(catalogError { _ = try servers.create() }?.code == .invalidArgument)
         pg.flushPostings = 20_000
