@@ -152,17 +152,6 @@ int earmark_has_avx2_fma_f16c(void) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 }
 #else
-static EARMARK_AVX2 void float_to_half_avx2(const float *src, uint16_t *dst, long count) {
-    // min(limit, x) and then max(−limit, ·) keep a NaN (each returns its second operand when one is NaN).
-    const __m256 limit = _mm256_set1_ps(65504.0f), negative = _mm256_set1_ps(-65504.0f);
-    long i = 0;
-    for (; i + 8 <= count; i += 8) {
-        __m256 x = _mm256_max_ps(negative, _mm256_min_ps(limit, _mm256_loadu_ps(src + i)));
-        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    }
-    for (; i < count; i++) dst[i] = half_bits(src[i]);
-}
-
 int earmark_has_avx2_fma_f16c(void) { return 0; }
 #endif
 
