@@ -34,7 +34,7 @@ public final class PostgresCatalog: CatalogStore {
     public let target: PostgresURL
     let readOnly: Bool
     private let connection: PostgresConnection
-    private let logger: Logger
+    let logger: Logger
     /// The segments, removed tracks and pending postings lookups use, as of a change counter.
     var indexState: IndexState?
     /// This catalog's number in the process's ``BucketCache`` (read at the first lookup).
@@ -50,6 +50,10 @@ public final class PostgresCatalog: CatalogStore {
     var schema = 0
     /// The shards of a sharded catalog (``create(url:shards:busyTimeout:configuration:)``); empty for a one-server catalog.
     public private(set) var shards: [PostgresShard] = []
+    /// How lookups read a sharded catalog's buckets (default ``ShardLookupRoute/standard``).
+    public var shardLookupRoute = ShardLookupRoute.standard
+    /// The shards' reading connections of the direct route (opened at its first lookup).
+    var shardReaders: [ShardReader]?
     /// Shards to create the catalog over (only while a new sharded catalog is being created).
     private var creatingShards: [PostgresURL] = []
     /// Postings this connection added and has not indexed.
@@ -113,6 +117,7 @@ public final class PostgresCatalog: CatalogStore {
 
     /// Closes the connection to the server (waiting for it); the instance is unusable afterwards.
     public func disconnect() {
+        closeShardReaders()
         let closing: EventLoopFuture<Void> = connection.close()
         try? closing.wait()
     }
@@ -236,18 +241,27 @@ public final class PostgresCatalog: CatalogStore {
     /// Waits for `future`. A query sent just as the server closed the connection can stay unanswered (seen with
     /// postgres-nio 1.33.2 after the server stopped), so a wait that outlasts the connection by a second gives up.
     private func answer<T: Sendable>(_ future: EventLoopFuture<T>, deadline: Double? = nil) throws -> T {
+        let waiting = shards.isEmpty ? "" : " (a shard that does not answer holds up the coordinator: \(shards.map(\.location).joined(separator: ", ")))"
+        return try wait(for: future, on: connection, endpoint: target.endpoint, deadline: deadline, waiting: waiting)
+    }
+
+    /// ``answer(_:deadline:)`` for a query on `connection` (this store's, or a shard reader's) to the server at
+    /// `endpoint`; past the deadline the connection is closed. `waiting`: what the message adds about the wait.
+    func wait<T: Sendable>(for future: EventLoopFuture<T>, on connection: PostgresConnection, endpoint: String,
+                           deadline: Double?, waiting: String = "") throws -> T {
         let done = DispatchSemaphore(value: 0)
         future.whenComplete { _ in done.signal() }
         let start = DispatchTime.now()
         while done.wait(timeout: .now() + min(1, deadline ?? 1)) == .timedOut {
             if connection.isClosed {
-                guard done.wait(timeout: .now() + 1) == .success else { throw closedError() }
+                guard done.wait(timeout: .now() + 1) == .success else {
+                    throw CatalogError(.unavailable, "the connection to the PostgreSQL server at \(endpoint) is closed (server stopped or restarted?)", path: location)
+                }
                 break
             }
             if let deadline, Double(DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1e9 >= deadline {
-                disconnect()
-                let waiting = shards.isEmpty ? "" : " (a shard that does not answer holds up the coordinator: \(shards.map(\.location).joined(separator: ", ")))"
-                throw CatalogError(.unavailable, "the PostgreSQL server at \(target.endpoint) did not answer within \(deadline) s\(waiting); the connection is closed", path: location)
+                try? connection.close().wait()
+                throw CatalogError(.unavailable, "the PostgreSQL server at \(endpoint) did not answer within \(deadline) s\(waiting); the connection is closed", path: location)
             }
         }
         return try future.wait()

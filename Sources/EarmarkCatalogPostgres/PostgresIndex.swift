@@ -163,22 +163,32 @@ extension PostgresCatalog {
                 return try changes() == expecting ? out : nil
             }
         }
-        let rows: [PostgresRow]
+        var blobs: [ByteBuffer] = []
+        let version: Int64
         var wanted: Set<Int64>?
         bucketReads.server += segments.count
-        if shards.isEmpty {
-            rows = try run(PostgresCatalog.bucketFetchSQL(shards: 0), PostgresCatalog.binds { $0.append(segments); $0.append(buckets) },
-                           deadline: readTimeout)
+        if !shards.isEmpty, shardLookupRoute == .direct {
+            // The shards first, then the counter: buckets are deleted only after the change that dropped their segment.
+            blobs = try fetchFromShards(segments, buckets)
+            version = try changes()
         } else {
-            let distinctSegments = Array(Set(segments)).sorted(), distinctBuckets = Array(Set(buckets)).sorted()
-            rows = try run(PostgresCatalog.bucketFetchSQL(shards: shards.count),
-                           PostgresCatalog.binds { $0.append(distinctSegments); $0.append(distinctBuckets) }, deadline: readTimeout)
-            if distinctSegments.count > 1 { wanted = Set(zip(segments, buckets).map { FetchedBuckets.key($0.0, Int($0.1)) }) }
+            let rows: [PostgresRow]
+            if shards.isEmpty {
+                rows = try run(PostgresCatalog.bucketFetchSQL(shards: 0), PostgresCatalog.binds { $0.append(segments); $0.append(buckets) },
+                               deadline: readTimeout)
+            } else {
+                let distinctSegments = Array(Set(segments)).sorted(), distinctBuckets = Array(Set(buckets)).sorted()
+                rows = try run(PostgresCatalog.bucketFetchSQL(shards: shards.count),
+                               PostgresCatalog.binds { $0.append(distinctSegments); $0.append(distinctBuckets) }, deadline: readTimeout)
+                if distinctSegments.count > 1 { wanted = Set(zip(segments, buckets).map { FetchedBuckets.key($0.0, Int($0.1)) }) }
+            }
+            guard rows.count == 1 else { throw damaged("the index's change counter is missing") }
+            let (counter, packed) = try decode(rows[0], (Int64, ByteBuffer?).self, "the index buckets")
+            version = counter
+            if let packed { blobs = [packed] }
         }
-        guard rows.count == 1 else { throw damaged("the index's change counter is missing") }
-        let (version, packed) = try decode(rows[0], (Int64, ByteBuffer?).self, "the index buckets")
         if let expecting, version != expecting { return nil }
-        if let packed {
+        for packed in blobs {
             out.bytes.reserveCapacity(out.bytes.count + packed.readableBytes + 8)
             try packed.withUnsafeReadableBytes { raw in
                 var at = 0
@@ -219,6 +229,16 @@ extension PostgresCatalog {
         return n
     }
 
+    /// The index state and the buckets of `ordered` in the direct route: the state in one snapshot, then the buckets
+    /// from the shards, again while the counter moved between the two (a writer committed meanwhile).
+    private func directLoad(_ ordered: [UInt64]) throws -> (IndexState, FetchedBuckets) {
+        for _ in 0..<8 {
+            let fresh = try transaction("BEGIN ISOLATION LEVEL REPEATABLE READ") { try readIndexState() }
+            if let found = try fetchBuckets(ordered, fresh, expecting: fresh.version) { return (fresh, found) }
+        }
+        throw CatalogError(.locked, "the index changed during each of 8 lookups in a row; try again", path: location)
+    }
+
     /// Every lookup waits for the server (and through a coordinator, for its shards).
     public var lookupsAreRemote: Bool { true }
 
@@ -237,12 +257,15 @@ extension PostgresCatalog {
             state = cached
             buckets = found
         } else {
-            // The counter moved (or nothing is held yet): read everything again, the buckets in the same snapshot.
+            // The counter moved (or nothing is held yet): read everything again, the buckets in the same snapshot
+            // (from the shards directly: after the snapshot, checked against the counter as it is then).
             indexState = nil
-            let loaded = try transaction("BEGIN ISOLATION LEVEL REPEATABLE READ") {
-                let fresh = try readIndexState()
-                return (fresh, try fetchBuckets(ordered, fresh, expecting: nil) ?? FetchedBuckets())
-            }
+            let loaded = try shards.isEmpty || shardLookupRoute == .coordinator
+                ? transaction("BEGIN ISOLATION LEVEL REPEATABLE READ") {
+                    let fresh = try readIndexState()
+                    return (fresh, try fetchBuckets(ordered, fresh, expecting: nil) ?? FetchedBuckets())
+                }
+                : directLoad(ordered)
             state = loaded.0
             buckets = loaded.1
             indexState = state

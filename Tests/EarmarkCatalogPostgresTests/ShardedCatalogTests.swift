@@ -74,6 +74,18 @@ struct ShardedCatalogTests {
             #expect(storeNeutral(onServer) == storeNeutral(try Matcher(catalog: sqlite).match(signature)), "\(stem) at \(offset) s")
             #expect(onServer.matches.first?.track.title == stem)
         }
+        // The direct route: the store asks both shards itself (the second through its two-server URL), the same
+        // postings and answers. (Without the process's bucket cache, which the reader above has filled.)
+        let direct = try PostgresCatalog(url: servers.coordinator.url, readOnly: true)
+        direct.shardLookupRoute = .direct
+        direct.cachesBuckets = false
+        #expect(try postingSequence(direct, hashes) == postingSequence(reader, hashes))
+        #expect(direct.bucketReads.server > 0 && direct.shardReaderCount == 2 && reader.shardReaderCount == 0)
+        let clip = dir.file("direct.wav")
+        try Fixtures.cut(try reference.audio.reference("goin_march"), start: 50, seconds: 10, to: clip)
+        let signature = SignatureGenerator.signature(of: Signal.addingNoise(to: try Fixtures.decode(clip), snrDB: 5, seed: 9))
+        let directAnswer = try Matcher(catalog: direct).match(signature)
+        #expect(storeNeutral(directAnswer) == storeNeutral(try Matcher(catalog: reader).match(signature)) && directAnswer.matches.first?.track.title == "goin_march")
         // The lookup statement: each shard gets the buckets its partition holds (routed by PostgreSQL's hash) as plain
         // conditions (no join that would fetch whole partitions) and aggregates them itself, one row each; the shards
         // are asked at once (async foreign scans).
@@ -93,6 +105,8 @@ struct ShardedCatalogTests {
         #expect(try servers.counts("track_landmarks").reduce(0, +) == trackCount - 1)
         #expect(try servers.counts("track_peaks").reduce(0, +) == trackCount - 1)
         #expect(try postingSequence(reader, hashes) == postingSequence(sqlite, hashes))
+        // The direct route sees the change too (the counter moved: state read again, buckets asked again).
+        #expect(try postingSequence(direct, hashes) == postingSequence(sqlite, hashes))
         #expect(try reader.check().isEmpty)
         #expect(try pg.peaks(trackID: doomed.id).isEmpty)
     }
@@ -165,6 +179,13 @@ struct ShardedCatalogTests {
         let reader = try PostgresCatalog(url: servers.coordinator.url, readOnly: true)
         let e2 = catalogError { try reader.lookup(hashes: Array(0..<4096)) { _, _, _ in } }
         #expect(e2?.code == .unavailable && e2?.message.contains(name) == true, "\(String(describing: e2))")
+        // The direct route names the shard it cannot reach too.
+        let direct = try PostgresCatalog(url: servers.coordinator.url, readOnly: true)
+        direct.shardLookupRoute = .direct
+        direct.cachesBuckets = false
+        let e3 = catalogError { try direct.lookup(hashes: Array(0..<4096)) { _, _, _ in } }
+        #expect(e3?.code == .unavailable && e3?.message.contains(name) == true && e3?.message.contains("earmark_shard_2") == true,
+                "\(String(describing: e3))")
         // Adds whose track lands on the stopped shard fail naming it; the coordinator keeps nothing of them.
         var failed = 0, messages: [String] = []
         for (new, landmarks) in syntheticTracks(12, seed: 950) {
