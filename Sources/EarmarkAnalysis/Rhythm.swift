@@ -523,6 +523,34 @@ public final class BeatTracker {
         }
     }
 
+    /// The starting period checked in windows (rhythm version 10): twice `period` when the comb with the prior, read in each
+    /// window of ``changeWindow`` blocks at its best within ±`reach` steps of 1/``stateSteps`` octave and summed over the
+    /// windows, is higher there than at `period` (and than at half of it); else `period`. The comb of the whole piece sums
+    /// products a whole bar of beats apart, and when the tempo drifts (a ramp by a quarter over 90 s) those lags smear
+    /// and the beat's comb falls below that of its eighths, whose lags are half as long; in a window of 12 s the tempo
+    /// hardly moves, and each window may sit a little off the candidate. A steady piece's windows add up to its whole
+    /// comb, so it keeps its period. `reach` (±0.1 octave) was set by reasoning, not tuned: the ramp of
+    /// tools/tempo-variants.sh drifts about 0.03 octave per window. Only doubling is tried: a halved start is the
+    /// metrical check's (``metricalLevel(_:strength:onset:halving:contrast:between:)``).
+    static func windowedLevel(period: Double, blocks: BlockAutocorrelation, reach: Int = 4) -> Double {
+        let windows = blocks.count - changeWindow + 1
+        guard windows >= 2 else { return period }
+        let local = (0..<windows).map { blocks.autocorrelation($0..<($0 + changeWindow)) }
+        func score(_ p: Double) -> Double {
+            let bpm = 60 * frameRate / p
+            guard bpm >= 40, bpm <= 250 else { return -1 }
+            var sum = 0.0
+            for r in local {
+                var best = -Double.infinity
+                for i in -reach...reach { best = max(best, combScore(r, lag: p * pow(2, Double(i) / stateSteps))) }
+                sum += best
+            }
+            return sum * exp(-0.5 * pow(log2(bpm / 130), 2))
+        }
+        let own = score(period), double = score(2 * period)
+        return own > 0 && double > own && double >= score(period / 2) ? 2 * period : period
+    }
+
     /// Tempo states of ``beats(_:period:)``: periods `1/stateSteps` octave apart, `stateSpan` octaves either
     /// side of the piece's period.
     static let stateSteps = 40.0
@@ -986,12 +1014,14 @@ public final class BeatTracker {
         let chroma = selection?.pick(self.chroma, stride: 12) ?? self.chroma
         let lowFlux = selection?.pick(self.lowFlux) ?? self.lowFlux
         let onset = BeatTracker.normalized(novelty)
-        guard onset.contains(where: { $0 > 0 }), let period = BeatTracker.period(onset) else { return nil }
+        guard onset.contains(where: { $0 > 0 }), let wholePeriod = BeatTracker.period(onset) else { return nil }
         // Beats follow the onsets and, at 1.5 times their weight, the harmonic changes: chords change on
         // the beat far more often than off it, which keeps the tracker off syncopated off-beats.
         let harmonic = BeatTracker.normalized(BeatTracker.harmonicChange(chroma, span: 30))
         let strength = zip(onset, harmonic).map { $0 + 1.5 * $1 }
         let blocks = BlockAutocorrelation(onset)
+        // A ramp smears the whole comb's long lags: its beat may lose to its eighths there but not in windows of 12 s.
+        let period = BeatTracker.windowedLevel(period: wholePeriod, blocks: blocks)
         let change = BeatTracker.tempoChange(onset, period: period, blocks: blocks)
         // A gradual change of tempo beyond the states around the piece's period (a ritardando to two thirds) moves them.
         let drift = change == nil ? BeatTracker.tempoDrift(period: period, blocks: blocks) : nil
