@@ -215,7 +215,13 @@ public struct PostgresURL: Sendable, Equatable {
             let name = hostText.isEmpty ? "/var/run/postgresql" : hostText
             return Endpoint(host: name.hasPrefix("/") ? .socket(folder: name) : .tcp(name), port: port)
         }
-        self.sessionAttributes = attributes ?? environment["PGTARGETSESSIONATTRS"].flatMap { SessionAttributes(rawValue: $0) } ?? .any
+        if attributes == nil, let a = environment["PGTARGETSESSIONATTRS"], !a.isEmpty {
+            guard let parsed = SessionAttributes(rawValue: a) else {
+                throw bad("PGTARGETSESSIONATTRS \(a) (any, read-write, read-only, primary, standby or prefer-standby)")
+            }
+            attributes = parsed
+        }
+        self.sessionAttributes = attributes ?? .any
         self.user = user ?? environment["PGUSER"].flatMap { $0.isEmpty ? nil : $0 } ?? PostgresURL.loginName()
         self.database = database ?? environment["PGDATABASE"].flatMap { $0.isEmpty ? nil : $0 } ?? self.user
         if sslMode == nil, let m = environment["PGSSLMODE"], !m.isEmpty {

@@ -55,6 +55,9 @@ struct PostgresURLTests {
         let env = try PostgresURL("postgres:///music", environment: ["PGHOST": "h1,h2", "PGPORT": "7001,7002", "PGTARGETSESSIONATTRS": "standby"],
                                   home: "/nonexistent")
         #expect(env.endpoint == "h1:7001,h2:7002" && env.sessionAttributes == .standby)
+        var refused: CatalogError?
+        do { _ = try PostgresURL("postgres://h/db", environment: ["PGTARGETSESSIONATTRS": "master"], home: "/nonexistent") } catch let e as CatalogError { refused = e }
+        #expect(refused?.code == .invalidArgument)
         // A password given applies to every server; otherwise each server's line of the password file.
         let dir = try TemporaryDirectory("pgpass-several")
         let file = dir.path(".pgpass")
