@@ -240,73 +240,65 @@ EARMARK_INLINE EARMARK_AVX2 void values_avx2(long rows, long count, long headSiz
     }
 }
 
-static EARMARK_AVX2 void scores_float_avx2(long rows, long count, long headSize, const float *q, long ldq, const void *packedKeys,
-                                           float scale, float *scores, long lds) {
-    scores_avx2(rows, count, headSize, q, ldq, packedKeys, scale, scores, lds, 0);
+// The vector code for either kind of packed values (`half` is tested once, each branch inlines its own kernels).
+static EARMARK_AVX2 void scores_vector(long rows, long count, long headSize, const float *q, long ldq, const void *packedKeys,
+                                       float scale, float *scores, long lds, int half) {
+    if (half) scores_avx2(rows, count, headSize, q, ldq, packedKeys, scale, scores, lds, 1);
+    else scores_avx2(rows, count, headSize, q, ldq, packedKeys, scale, scores, lds, 0);
 }
 
-static EARMARK_AVX2 void scores_half_avx2(long rows, long count, long headSize, const float *q, long ldq, const void *packedKeys,
-                                          float scale, float *scores, long lds) {
-    scores_avx2(rows, count, headSize, q, ldq, packedKeys, scale, scores, lds, 1);
-}
-
-static EARMARK_AVX2 void values_float_avx2(long rows, long count, long headSize, const float *weights, long ldw,
-                                           const void *packedValues, float *out, long ldo) {
-    values_avx2(rows, count, headSize, weights, ldw, packedValues, out, ldo, 0);
-}
-
-static EARMARK_AVX2 void values_half_avx2(long rows, long count, long headSize, const float *weights, long ldw,
-                                          const void *packedValues, float *out, long ldo) {
-    values_avx2(rows, count, headSize, weights, ldw, packedValues, out, ldo, 1);
+static EARMARK_AVX2 void values_vector(long rows, long count, long headSize, const float *weights, long ldw,
+                                       const void *packedValues, float *out, long ldo, int half) {
+    if (half) values_avx2(rows, count, headSize, weights, ldw, packedValues, out, ldo, 1);
+    else values_avx2(rows, count, headSize, weights, ldw, packedValues, out, ldo, 0);
 }
 #define EARMARK_X86 1
 #endif
 
 // MARK: Dispatch
 
-typedef void (*scores_kernel)(long, long, long, const float *, long, const void *, float, float *, long);
-typedef void (*values_kernel)(long, long, long, const float *, long, const void *, float *, long);
-
-static void scores_float_portable(long rows, long count, long headSize, const float *q, long ldq, const void *packedKeys,
-                                  float scale, float *scores, long lds) {
-    scores_portable(rows, count, headSize, q, ldq, packedKeys, scale, scores, lds, 0);
-}
-
-static void values_float_portable(long rows, long count, long headSize, const float *weights, long ldw, const void *packedValues,
-                                  float *out, long ldo) {
-    values_portable(rows, count, headSize, weights, ldw, packedValues, out, ldo, 0);
-}
-
-static scores_kernel scores_for(int half) {
+static void scores_dispatch(long rows, long count, long headSize, const float *q, long ldq, const void *packedKeys, float scale,
+                            float *scores, long lds, int half) {
+    if (rows <= 0 || count <= 0) return;
 #ifdef EARMARK_X86
-    if (earmark_has_avx2_fma_f16c()) return half ? scores_half_avx2 : scores_float_avx2;
+    if (earmark_has_avx2_fma_f16c()) {
+        scores_vector(rows, count, headSize, q, ldq, packedKeys, scale, scores, lds, half);
+        return;
+    }
 #endif
-    return half ? earmark_attention_scores_half_portable : scores_float_portable;
+    if (half) scores_portable(rows, count, headSize, q, ldq, packedKeys, scale, scores, lds, 1);
+    else scores_portable(rows, count, headSize, q, ldq, packedKeys, scale, scores, lds, 0);
 }
 
-static values_kernel values_for(int half) {
+static void values_dispatch(long rows, long count, long headSize, const float *weights, long ldw, const void *packedValues,
+                            float *out, long ldo, int half) {
+    if (rows <= 0 || headSize <= 0) return;
 #ifdef EARMARK_X86
-    if (earmark_has_avx2_fma_f16c()) return half ? values_half_avx2 : values_float_avx2;
+    if (earmark_has_avx2_fma_f16c()) {
+        values_vector(rows, count, headSize, weights, ldw, packedValues, out, ldo, half);
+        return;
+    }
 #endif
-    return half ? earmark_attention_values_half_portable : values_float_portable;
+    if (half) values_portable(rows, count, headSize, weights, ldw, packedValues, out, ldo, 1);
+    else values_portable(rows, count, headSize, weights, ldw, packedValues, out, ldo, 0);
 }
 
 void earmark_attention_scores(long rows, long count, long headSize, const float *q, long ldq, const float *packedKeys,
                               float scale, float *scores, long lds) {
-    if (rows > 0 && count > 0) scores_for(0)(rows, count, headSize, q, ldq, packedKeys, scale, scores, lds);
+    scores_dispatch(rows, count, headSize, q, ldq, packedKeys, scale, scores, lds, 0);
 }
 
 void earmark_attention_values(long rows, long count, long headSize, const float *weights, long ldw,
                               const float *packedValues, float *out, long ldo) {
-    if (rows > 0 && headSize > 0) values_for(0)(rows, count, headSize, weights, ldw, packedValues, out, ldo);
+    values_dispatch(rows, count, headSize, weights, ldw, packedValues, out, ldo, 0);
 }
 
 void earmark_attention_scores_half(long rows, long count, long headSize, const float *q, long ldq, const void *packedKeys,
                                    float scale, float *scores, long lds) {
-    if (rows > 0 && count > 0) scores_for(1)(rows, count, headSize, q, ldq, packedKeys, scale, scores, lds);
+    scores_dispatch(rows, count, headSize, q, ldq, packedKeys, scale, scores, lds, 1);
 }
 
 void earmark_attention_values_half(long rows, long count, long headSize, const float *weights, long ldw,
                                    const void *packedValues, float *out, long ldo) {
-    if (rows > 0 && headSize > 0) values_for(1)(rows, count, headSize, weights, ldw, packedValues, out, ldo);
+    values_dispatch(rows, count, headSize, weights, ldw, packedValues, out, ldo, 1);
 }
