@@ -234,8 +234,10 @@ public final class PostgresCatalog: CatalogStore {
         }
     }
 
-    func closedError() -> CatalogError {
-        CatalogError(.unavailable, "the connection to the PostgreSQL server at \(target.endpoint) is closed (server stopped or restarted?)", path: location)
+    /// The error of a query on a closed connection to the server at `endpoint` (this store's, when nil).
+    func closedError(_ endpoint: String? = nil) -> CatalogError {
+        CatalogError(.unavailable, "the connection to the PostgreSQL server at \(endpoint ?? target.endpoint) is closed (server stopped or restarted?)",
+                     path: location)
     }
 
     /// Waits for `future`. A query sent just as the server closed the connection can stay unanswered (seen with
@@ -254,9 +256,7 @@ public final class PostgresCatalog: CatalogStore {
         let start = DispatchTime.now()
         while done.wait(timeout: .now() + min(1, deadline ?? 1)) == .timedOut {
             if connection.isClosed {
-                guard done.wait(timeout: .now() + 1) == .success else {
-                    throw CatalogError(.unavailable, "the connection to the PostgreSQL server at \(endpoint) is closed (server stopped or restarted?)", path: location)
-                }
+                guard done.wait(timeout: .now() + 1) == .success else { throw closedError(endpoint) }
                 break
             }
             if let deadline, Double(DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1e9 >= deadline {

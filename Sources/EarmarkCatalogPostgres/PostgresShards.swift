@@ -133,24 +133,36 @@ extension PostgresCatalog {
     /// Reads the shards of a sharded catalog from the coordinator's foreign servers.
     func loadShards() throws -> [PostgresShard] {
         guard try info()["shards"] != nil else { return [] }
-        return try run("""
-            SELECT srvname::text, array_to_string(srvoptions, chr(1)) FROM pg_foreign_server
-            WHERE srvname LIKE 'earmark\\_shard\\_%' ORDER BY length(srvname), srvname
-            """).map { row in
-            let (name, options) = try decode(row, (String, String?).self, "a shard's foreign server")
-            var o: [String: String] = [:]
-            for part in (options ?? "").split(separator: "\u{1}") {
-                guard let eq = part.firstIndex(of: "=") else { continue }
-                o[String(part[..<eq])] = String(part[part.index(after: eq)...])
-            }
+        return try foreignServers().map { name, o, _ in
             // libpq's lists (a shard's primary and standbys): one port for all hosts, or one each.
             let hosts = (o["host"] ?? "?").split(separator: ",", omittingEmptySubsequences: false).map(String.init)
             let ports = (o["port"] ?? "5432").split(separator: ",", omittingEmptySubsequences: false).map(String.init)
-            let hostPorts = hosts.enumerated().map { i, host in
-                let port = ports.count == hosts.count ? ports[i] : ports.first ?? "5432"
-                return host.hasPrefix("/") ? "\(host)/.s.PGSQL.\(port)" : host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+            let endpoints = hosts.enumerated().map { i, host in
+                let port = Int(ports.count == hosts.count ? ports[i] : ports.first ?? "") ?? 5432
+                return PostgresURL.Endpoint(host: host.hasPrefix("/") ? .socket(folder: host) : .tcp(host), port: port).description
             }
-            return PostgresShard(name: name, location: "\(hostPorts.joined(separator: ","))/\(o["dbname"] ?? "?")")
+            return PostgresShard(name: name, location: "\(endpoints.joined(separator: ","))/\(o["dbname"] ?? "?")")
+        }
+    }
+
+    /// The shards' foreign servers on the coordinator, in shard order: each one's name, its options (host, port,
+    /// dbname, …) and the options of the current user's mapping of it (user, password; empty without one).
+    func foreignServers() throws -> [(name: String, server: [String: String], mapping: [String: String])] {
+        func options(_ text: String?) -> [String: String] {
+            var o: [String: String] = [:]
+            for part in (text ?? "").split(separator: "\u{1}") {
+                guard let eq = part.firstIndex(of: "=") else { continue }
+                o[String(part[..<eq])] = String(part[part.index(after: eq)...])
+            }
+            return o
+        }
+        return try run("""
+            SELECT s.srvname::text, array_to_string(s.srvoptions, chr(1)), array_to_string(u.umoptions, chr(1))
+            FROM pg_foreign_server s LEFT JOIN pg_user_mappings u ON u.srvid = s.oid AND u.usename = current_user
+            WHERE s.srvname LIKE 'earmark\\_shard\\_%' ORDER BY length(s.srvname), s.srvname
+            """).map { row in
+            let (name, server, mapping) = try decode(row, (String, String?, String?).self, "a shard's foreign server")
+            return (name, options(server), options(mapping))
         }
     }
 

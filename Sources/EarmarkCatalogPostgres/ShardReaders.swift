@@ -39,23 +39,8 @@ extension PostgresCatalog {
     /// mappings of them (user and password; without a mapping, this connection's user, its password from
     /// `PGPASSWORD` or the password file).
     func shardURLs() throws -> [(PostgresShard, PostgresURL)] {
-        let rows = try run("""
-            SELECT s.srvname::text, array_to_string(s.srvoptions, chr(1)), array_to_string(u.umoptions, chr(1))
-            FROM pg_foreign_server s LEFT JOIN pg_user_mappings u ON u.srvid = s.oid AND u.usename = current_user
-            WHERE s.srvname LIKE 'earmark\\_shard\\_%' ORDER BY length(s.srvname), s.srvname
-            """)
-        func options(_ text: String?) -> [String: String] {
-            var o: [String: String] = [:]
-            for part in (text ?? "").split(separator: "\u{1}") {
-                guard let eq = part.firstIndex(of: "=") else { continue }
-                o[String(part[..<eq])] = String(part[part.index(after: eq)...])
-            }
-            return o
-        }
         func escaped(_ s: String) -> String { s.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? s }
-        return try rows.map { row in
-            let (name, server, mapping) = try decode(row, (String, String?, String?).self, "a shard's foreign server")
-            let o = options(server), m = options(mapping)
+        return try foreignServers().map { name, o, m in
             guard let shard = shards.first(where: { $0.name == name }) else { throw damaged("foreign server \(name) is not one of the catalog's shards") }
             var text = "postgres://" + escaped(m["user"] ?? target.user)
             if let password = m["password"] { text += ":" + escaped(password) }
