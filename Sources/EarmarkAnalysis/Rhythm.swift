@@ -295,6 +295,9 @@ public final class BeatTracker {
         return combPeriod(r)?.period
     }
 
+    /// The tempo prior of the comb: log-normal around 130 BPM, one octave wide.
+    static func tempoPrior(_ bpm: Double) -> Double { exp(-0.5 * pow(log2(bpm / 130), 2)) }
+
     /// The comb filter of ``period(_:)`` over an autocorrelation `r` (lag 0 first): the best period in frames
     /// with the prior, and the comb (without the prior) at every lag asked for by `comb(atLag:)`.
     static func combPeriod(_ r: [Double], prior: Bool = true) -> (period: Double, score: Double)? {
@@ -308,7 +311,7 @@ public final class BeatTracker {
             if bpm < 40 { continue }
             if bpm > 250 { break }
             let comb = combScore(r, lag: 60 * fr / bpm)
-            let score = prior ? comb * exp(-0.5 * pow(log2(bpm / 130), 2)) : comb
+            let score = prior ? comb * tempoPrior(bpm) : comb
             if score > best { (best, bestBPM) = (score, bpm) }
         }
         guard best > 0 else { return nil }
@@ -545,7 +548,7 @@ public final class BeatTracker {
                 for i in -reach...reach { best = max(best, combScore(r, lag: p * pow(2, Double(i) / stateSteps))) }
                 sum += best
             }
-            return sum * exp(-0.5 * pow(log2(bpm / 130), 2))
+            return sum * tempoPrior(bpm)
         }
         let own = score(period), double = score(2 * period)
         return own > 0 && double > own && double >= score(period / 2) ? 2 * period : period
