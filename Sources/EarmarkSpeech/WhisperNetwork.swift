@@ -87,9 +87,17 @@ public final class WhisperNetwork {
     private let crossStaging: UnsafeMutablePointer<Float>
     private let crossStagingHalf: UnsafeMutablePointer<UInt16>
     /// Self-attention key/value caches, one slot per sequence decoded side by side (beam search, sampling
-    /// several candidates): slot s, layer l starts at `(s · layers + l) · textContext · d`.
+    /// several candidates): slot s, layer l starts at `(s · layers + l) · textContext · d`. The first ``sharedPrefix``
+    /// positions are held by slot 0 alone (every slot reads them there).
     private var selfKeys: UnsafeMutablePointer<Float>
     private var selfValues: UnsafeMutablePointer<Float>
+    /// Positions that every slot shares (the prompt, after ``sharePrefix()``): slot 0 holds them, and they are also
+    /// packed per layer and head for `earmark_attention_scores` and `earmark_attention_values` in ``prefixKeys`` and
+    /// ``prefixValues`` (layer l, head h at `(l · heads + h) · earmark_attention_packed_count(textContext, headSize)`),
+    /// so that a step of several sequences reads them once for all its rows and a copied slot copies only the rest.
+    private(set) var sharedPrefix = 0
+    private let prefixKeys: UnsafeMutablePointer<Float>
+    private let prefixValues: UnsafeMutablePointer<Float>
     /// Per-row scratch of a step (rows ≤ max(``slots``, ``prefillRows``)).
     private var tx: UnsafeMutablePointer<Float>
     private var th: UnsafeMutablePointer<Float>
@@ -101,7 +109,7 @@ public final class WhisperNetwork {
     private var quantizedRows: UnsafeMutablePointer<Int16>
     /// Cache slots (and rows a step may run) allocated; 1 until ``reserveSlots(_:)`` asks for more.
     private(set) var slots = 1
-    /// Attention weights of one decoder query.
+    /// Self-attention weights of up to ``crossRows`` decoder queries (`crossRows × textContext`).
     private let stepScores: UnsafeMutablePointer<Float>
     /// Cross-attention weights of up to ``crossRows`` decoder queries at once (`crossRows × audioContext`).
     private let crossScores: UnsafeMutablePointer<Float>
@@ -200,7 +208,12 @@ public final class WhisperNetwork {
         made.append(crossStaging)
         self.crossHalf = crossHalf
         crossStagingHalf = .allocate(capacity: crossHalf ? context * d : 1)
-        stepScores = buffer(max(context, textContext))
+        stepScores = buffer(WhisperNetwork.crossRows * textContext)
+        // Written by sharePrefix() before they are read.
+        let prefixCount = a.textLayers * heads * earmark_attention_packed_count(textContext, headSize)
+        prefixKeys = .allocate(capacity: prefixCount)
+        prefixValues = .allocate(capacity: prefixCount)
+        made += [prefixKeys, prefixValues]
         crossScores = buffer(WhisperNetwork.crossRows * context)
         allocations = made
         (selfKeys, selfValues, tx, th, tqkv, ta, tf, logitsBuffer) = WhisperNetwork.rowBuffers(
@@ -257,16 +270,32 @@ public final class WhisperNetwork {
         slots = count
     }
 
-    /// Copies the cached keys and values of the tokens read so far from one slot to another.
+    /// Copies the cached keys and values of the tokens read so far from one slot to another (those after the shared
+    /// prefix: the prefix is every slot's already).
     func copySlot(_ source: Int, to destination: Int) {
         precondition(source >= 0 && source < slots && destination >= 0 && destination < slots)
-        guard source != destination, position > 0 else { return }
-        let layers = decoderLayers.count, span = textContext * d
+        guard source != destination, position > sharedPrefix else { return }
+        let layers = decoderLayers.count, span = textContext * d, first = sharedPrefix * d, count = (position - sharedPrefix) * d
         for l in 0..<layers {
-            let from = (source * layers + l) * span, to = (destination * layers + l) * span
-            (selfKeys + to).update(from: selfKeys + from, count: position * d)
-            (selfValues + to).update(from: selfValues + from, count: position * d)
+            let from = (source * layers + l) * span + first, to = (destination * layers + l) * span + first
+            (selfKeys + to).update(from: selfKeys + from, count: count)
+            (selfValues + to).update(from: selfValues + from, count: count)
         }
+    }
+
+    /// Makes the tokens read so far (in slot 0) the prefix of every slot: later steps of several sequences read its keys
+    /// and values once for all rows, and ``copySlot(_:to:)`` leaves it alone. Any slot may then continue from it.
+    func sharePrefix() {
+        let layers = decoderLayers.count, hs = headSize, stride = earmark_attention_packed_count(textContext, hs)
+        for l in 0..<layers {
+            let keys = selfKeys + l * textContext * d, values = selfValues + l * textContext * d
+            for head in 0..<heads {
+                let offset = (l * heads + head) * stride
+                earmark_attention_pack_keys(keys + head * hs, d, position, hs, prefixKeys + offset)
+                earmark_attention_pack_values(values + head * hs, d, position, hs, prefixValues + offset)
+            }
+        }
+        sharedPrefix = position
     }
 
     // MARK: Encoder
@@ -330,16 +359,21 @@ public final class WhisperNetwork {
                 }
             }
         }
-        position = 0
+        resetDecoder()
     }
 
     /// Forgets the tokens read so far (the cross-attention keys and values stay).
-    public func resetDecoder() { position = 0 }
+    public func resetDecoder() {
+        position = 0
+        sharedPrefix = 0
+    }
 
-    /// Forgets the tokens read after the first `count` (their cached keys and values stay valid in every slot that holds them).
+    /// Forgets the tokens read after the first `count` (their cached keys and values stay valid in every slot that holds
+    /// them; rewinding into the shared prefix leaves them in slot 0 only).
     func rewind(to count: Int) {
         precondition(count >= 0 && count <= position)
         position = count
+        if count < sharedPrefix { sharedPrefix = 0 }
     }
 
     /// Reads one token at the next position and returns the logits of the token after it
@@ -410,12 +444,11 @@ public final class WhisperNetwork {
             WhisperNetwork.layerNorm(tx, rows: rows, width: d, layer.selfNorm, into: th)
             halfLinear(th, rows: rows, layer.qkv, into: tqkv, accumulate: false)
             for r in 0..<rows {
-                let offset = (slot(r) * layers + l) * textContext * d, p = position(r)
-                let keys = selfKeys + offset, values = selfValues + offset, q = tqkv + r * 3 * d
-                (keys + p * d).update(from: q + d, count: d)
-                (values + p * d).update(from: q + 2 * d, count: d)
-                attend(query: q, keys: keys, values: values, count: p + 1, scale: scale, into: ta + r * d)
+                let offset = (slot(r) * layers + l) * textContext * d, p = position(r), q = tqkv + r * 3 * d
+                (selfKeys + offset + p * d).update(from: q + d, count: d)
+                (selfValues + offset + p * d).update(from: q + 2 * d, count: d)
             }
+            attendSelf(rows: rows, layer: l, slot: slot, position: position, scale: scale, into: ta)
             halfLinear(ta, rows: rows, layer.selfOutput, into: tx, accumulate: true)
             // Cross-attention over the window.
             WhisperNetwork.layerNorm(tx, rows: rows, width: d, layer.crossNorm, into: th)
@@ -459,16 +492,41 @@ public final class WhisperNetwork {
         return out
     }
 
-    /// One query against `count` keys and values (rows of width d), head by head: the self-attention over a cache slot.
-    private func attend(query: UnsafePointer<Float>, keys: UnsafePointer<Float>, values: UnsafePointer<Float>, count: Int,
-                        scale: Float, into out: UnsafeMutablePointer<Float>) {
-        let d = self.d, hs = headSize
-        for head in 0..<heads {
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, Int32(count), Int32(hs), scale, keys + head * hs, Int32(d),
-                        query + head * hs, 1, 0, stepScores, 1)
-            WhisperNetwork.softmax(stepScores, count: count)
-            cblas_sgemv(CblasRowMajor, CblasTrans, Int32(count), Int32(hs), 1, values + head * hs, Int32(d),
-                        stepScores, 1, 0, out + head * hs, 1)
+    /// Self-attention of `rows` queries (in ``tqkv``), row r over positions 0…position(r) of its slot, head by head, up
+    /// to ``crossRows`` rows at a time: the shared prefix's packed keys and values are read once for all of them, the
+    /// positions after it from each row's own slot.
+    private func attendSelf(rows: Int, layer l: Int, slot: (Int) -> Int, position: (Int) -> Int, scale: Float,
+                            into out: UnsafeMutablePointer<Float>) {
+        let d = self.d, hs = headSize, prefix = sharedPrefix, layers = decoderLayers.count
+        let stride = earmark_attention_packed_count(textContext, hs), lds = textContext
+        var start = 0
+        while start < rows {
+            let group = min(WhisperNetwork.crossRows, rows - start)
+            for head in 0..<heads {
+                let packed = (l * heads + head) * stride
+                if prefix > 0 {
+                    earmark_attention_scores(group, prefix, hs, tqkv + start * 3 * d + head * hs, 3 * d, prefixKeys + packed, scale,
+                                             stepScores, lds)
+                }
+                for g in 0..<group {
+                    let r = start + g, own = position(r) + 1 - prefix
+                    precondition(own >= 1, "a row before the end of the shared prefix")
+                    let keys = selfKeys + (slot(r) * layers + l) * textContext * d + prefix * d
+                    cblas_sgemv(CblasRowMajor, CblasNoTrans, Int32(own), Int32(hs), scale, keys + head * hs, Int32(d),
+                                tqkv + r * 3 * d + head * hs, 1, 0, stepScores + g * lds + prefix, 1)
+                    WhisperNetwork.softmax(stepScores + g * lds, count: prefix + own)
+                }
+                if prefix > 0 {
+                    earmark_attention_values(group, prefix, hs, stepScores, lds, prefixValues + packed, out + start * d + head * hs, d)
+                }
+                for g in 0..<group {
+                    let r = start + g, own = position(r) + 1 - prefix
+                    let values = selfValues + (slot(r) * layers + l) * textContext * d + prefix * d
+                    cblas_sgemv(CblasRowMajor, CblasTrans, Int32(own), Int32(hs), 1, values + head * hs, Int32(d),
+                                stepScores + g * lds + prefix, 1, prefix > 0 ? 1 : 0, out + r * d + head * hs, 1)
+                }
+            }
+            start += group
         }
     }
 

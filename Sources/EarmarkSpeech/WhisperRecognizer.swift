@@ -467,6 +467,8 @@ public final class WhisperRecognizer {
         network.step(chosen.token)
         let logits = network.step(special.transcribe)
         let promptLength = network.position
+        // Every temperature's sequences continue from the prompt: they share its keys and values.
+        network.sharePrefix()
         promptLogits.update(from: logits, count: vocabularySize)
         let temperatures = options.temperatures.isEmpty ? [0] : options.temperatures
         var result = WindowDecoding(language: chosen.code, languageProbability: languageProbability, noSpeechProbability: noSpeech,

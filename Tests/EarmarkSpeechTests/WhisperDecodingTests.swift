@@ -237,6 +237,59 @@ struct WhisperBeamSearchTests {
         #expect(again.noSpeechProbability >= 0 && again.noSpeechProbability < 0.5)
     }
 
+    @Test("sequences stepped side by side after a shared prompt (read once for all rows) give the logits of each stepped alone")
+    func sharedPrefix() throws {
+        let recognizer = WhisperRecognizer(model: try TestSpeechModel.model())
+        let network = recognizer.network, special = recognizer.model.special
+        let vocabularySize = recognizer.model.architecture.vocabularySize
+        let samples = try SpeechAudio.load(path: try SpeechPrompts.path("agent-alreadyon"))
+        let window = recognizer.frontEnd.spectrogram(samples).window(start: 0, length: recognizer.model.frontEnd.chunkFrames)
+        var greedy = TranscriptionOptions(language: "en", beamSize: 1)
+        greedy.temperatures = [0]
+        let decoded = recognizer.decode(window: window, language: "en", options: greedy).tokens
+        try #require(decoded.count >= 8)
+        let english = recognizer.model.language(code: "en")!.token
+        let prompt = [special.startOfPrevious] + decoded + decoded + [special.startOfTranscript, english, special.transcribe]
+        // Three continuations: the decoding itself, the same from its third token on, and one a token off from the start.
+        let continuations = [Array(decoded.prefix(6)), Array(decoded[2..<8]), [decoded[1]] + Array(decoded.prefix(5))]
+        func logits(_ p: UnsafeMutablePointer<Float>, row: Int) -> [Float] {
+            Array(UnsafeBufferPointer(start: p + row * vocabularySize, count: vocabularySize))
+        }
+        // Each alone in slot 0, nothing shared (and the prompt's own logits).
+        var alone: [[[Float]]] = []
+        var promptLogits: [Float] = []
+        for c in continuations {
+            network.prepareDecoder()
+            promptLogits = logits(network.prefill(prompt), row: 0)
+            #expect(network.sharedPrefix == 0)
+            alone.append(c.map { logits(network.step($0), row: 0) })
+        }
+        func near(_ a: [Float], _ b: [Float], _ what: String) {
+            let scale = a.map { abs($0) }.max()!, error = zip(a, b).map { abs($0 - $1) }.max()!
+            #expect(error < 1e-3 * scale, "\(what): differs by \(error) of \(scale)")
+            #expect(a.indices.max { a[$0] < a[$1] } == b.indices.max { b[$0] < b[$1] }, "\(what)")
+        }
+        // Side by side in slots 2, 0 and 1 after the prompt is shared; after three steps slot 1 becomes a copy of slot 2
+        // and goes on with the first continuation.
+        network.prepareDecoder()
+        network.prefill(prompt)
+        network.sharePrefix()
+        #expect(network.sharedPrefix == prompt.count)
+        network.reserveSlots(3)
+        let slots = [2, 0, 1]
+        for i in continuations[0].indices {
+            if i == 3 { network.copySlot(2, to: 1) }
+            let source = [0, 1, i < 3 ? 2 : 0]
+            let tokens = source.map { continuations[$0][i] }
+            let out = tokens.withUnsafeBufferPointer { t in slots.withUnsafeBufferPointer { network.step(tokens: t, slots: $0) } }
+            for r in 0..<3 { near(alone[source[r]][i], logits(out, row: r), "step \(i), slot \(slots[r])") }
+        }
+        // Rewinding into the prompt stops the sharing; slot 0 still holds all of the prompt.
+        network.rewind(to: prompt.count - 1)
+        #expect(network.sharedPrefix == 0)
+        near(promptLogits, logits(network.step(prompt.last!), row: 0), "the prompt's last token again")
+    }
+
     @Test("a forced fallback runs every temperature, samples reproducibly and keeps the likeliest decoding")
     func forcedFallback() throws {
         let recognizer = WhisperRecognizer(model: try TestSpeechModel.model())
