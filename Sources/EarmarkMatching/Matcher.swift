@@ -336,7 +336,7 @@ public final class Matcher {
     public let configuration: SignatureConfiguration
 
     /// Decoded reference peaks of the candidates of the current query (all its skew trials).
-    private var peakCache: [Int64: PeakIndex] = [:]
+    private var peakCache: [Int64: [(frame: UInt32, bin: UInt16)]] = [:]
     /// Postings of the hashes the current query's extra searches looked up (see ``lookup(_:common:_:)``).
     private var postingMemo = PostingMemo()
     /// Skew trials of the last query that went past the screen to a full search (``MatchOptions/skewScreenFanout``).
@@ -737,7 +737,8 @@ public final class Matcher {
                 .map { Double($0.offset) * fd }
             let tests = Double(max(1, considered.count) * tried.count * trials) * screening
             let verification = v.evidence - log10(tests)
-            let r = Matcher.reverseVerify(reference: try referencePeaks(t.track), query: queryIndex, offset: t.offset,
+            let r = Matcher.reverseVerify(reference: try reverseReference(t.track, offset: t.offset, queryFrames: queryIndex.frameCount),
+                                          query: queryIndex, offset: t.offset,
                                           minBin: configuration.minBin, bandCount: configuration.maxBin - configuration.minBin)
             // Charged for both directions of verification, as one more test.
             let reverse = -Matcher.log10PoissonTail(k: r.matched, lambda: r.expected) - log10(2 * tests)
@@ -825,18 +826,24 @@ public final class Matcher {
     /// Second stage: how many of the query's strong peaks have a reference peak within ±1 frame and ±1 bin
     /// at `offset`, and how many would by chance, given how often the reference uses each bin in that window.
     func verify(_ query: [Peak], trackID: Int64, offset: Int) throws -> (matched: Int, tested: Int, expected: Double) {
-        let ref = try referencePeaks(trackID)
-        guard ref.frameCount > 0 else { return (0, 0, 0) }
+        let peaks = try referencePeaks(trackID)
+        let frameCount = Int(peaks.last?.frame ?? 0) + 1
         let band = configuration.maxBin - configuration.minBin
         let lo = max(0, Int(query.first?.frame ?? 0) + offset - 1)
-        let hi = min(ref.frameCount - 1, Int(query.last?.frame ?? 0) + offset + 1)
+        let hi = min(frameCount - 1, Int(query.last?.frame ?? 0) + offset + 1)
         guard lo <= hi else { return (0, 0, 0) }
+        // The frames read: the window above and each query peak's ±1 frame (the peaks need not be in frame order).
+        var (earliest, latest) = (Int(query.first?.frame ?? 0), Int(query.last?.frame ?? 0))
+        for q in query { (earliest, latest) = (min(earliest, Int(q.frame)), max(latest, Int(q.frame))) }
+        let ref = PeakIndex(peaks, frames: min(lo, earliest + offset - 1)...max(hi + 1, latest + offset + 2))
         // Chance is judged from the reference's own peak density per bin in the aligned window, so a
         // sustained note or a shared key (locally dense bins) earns no credit.
         var density = [Double](repeating: 0, count: band + 2)  // padded by one bin each side
-        for k in Int(ref.start[lo])..<Int(ref.start[hi + 1]) { density[Int(ref.bins[k]) - configuration.minBin + 1] += 1 }
+        for k in ref.first(lo)..<ref.first(hi + 1) { density[Int(ref.bins[k]) - configuration.minBin + 1] += 1 }
         let window = Double(hi - lo + 1)
-        for i in density.indices { density[i] /= window }
+        // Per bin, the chance that 3 reference frames have no peak there (one pow per bin, not per query peak).
+        var absent = density
+        for i in absent.indices { absent[i] = pow(max(0, 1 - density[i] / window), 3) }
         var matched = 0, tested = 0
         var expected = 0.0
         for q in query {
@@ -845,9 +852,9 @@ public final class Matcher {
             let b = Int(q.bin)
             tested += 1
             var miss = 1.0
-            for db in -1...1 { miss *= pow(max(0, 1 - density[b - configuration.minBin + db + 1]), 3) }
+            for db in -1...1 { miss *= absent[b - configuration.minBin + db + 1] }
             expected += 1 - miss
-            for k in Int(ref.start[f - 1])..<Int(ref.start[f + 2]) where abs(Int(ref.bins[k]) - b) <= 1 {
+            for k in ref.first(f - 1)..<ref.first(f + 2) where abs(Int(ref.bins[k]) - b) <= 1 {
                 matched += 1
                 break
             }
@@ -855,11 +862,18 @@ public final class Matcher {
         return (matched, tested, expected)
     }
 
-    private func referencePeaks(_ trackID: Int64) throws -> PeakIndex {
+    /// A track's stored peaks in frame order, decoded once per query.
+    private func referencePeaks(_ trackID: Int64) throws -> [(frame: UInt32, bin: UInt16)] {
         if let cached = peakCache[trackID] { return cached }
-        let ref = PeakIndex(try catalog.peaks(trackID: trackID))
-        peakCache[trackID] = ref
-        return ref
+        let peaks = try catalog.peaks(trackID: trackID)
+        peakCache[trackID] = peaks
+        return peaks
+    }
+
+    /// A track's peaks indexed over the frames ``reverseVerify(reference:query:offset:minBin:bandCount:)`` reads at
+    /// `offset` for a query of `queryFrames` frames.
+    private func reverseReference(_ trackID: Int64, offset: Int, queryFrames: Int) throws -> PeakIndex {
+        PeakIndex(try referencePeaks(trackID), frames: (offset + 1)...(offset + queryFrames))
     }
 
     /// Verification the other way round: how many of the reference's peaks in the stretch the query
@@ -876,16 +890,16 @@ public final class Matcher {
         var perBin = [Double](repeating: 0, count: bandCount + 2)  // padded by one bin each side
         for b in query.bins { perBin[Int(b) - minBin + 1] += 1 }
         let total = Double(query.bins.count)
-        func perFrame(_ f: Int) -> Double { Double(query.start[f + 1] - query.start[f]) }
+        func perFrame(_ f: Int) -> Double { Double(query.first(f + 1) - query.first(f)) }
         var matched = 0, tested = 0, expected = 0.0
         for r in lo...hi {
             let f = r - offset
             let near = perFrame(f - 1) + perFrame(f) + perFrame(f + 1)
-            for k in Int(ref.start[r])..<Int(ref.start[r + 1]) {
+            for k in ref.first(r)..<ref.first(r + 1) {
                 let b = Int(ref.bins[k]), i = b - minBin + 1
                 tested += 1
                 expected += 1 - exp(-near * (perBin[i - 1] + perBin[i] + perBin[i + 1]) / total)
-                for j in Int(query.start[f - 1])..<Int(query.start[f + 2]) where abs(Int(query.bins[j]) - b) <= 1 {
+                for j in query.first(f - 1)..<query.first(f + 2) where abs(Int(query.bins[j]) - b) <= 1 {
                     matched += 1
                     break
                 }
@@ -962,21 +976,45 @@ public final class Matcher {
     }
 }
 
-/// Peaks (a track's or a query's) indexed by frame: the peaks of frame f are `bins[start[f]..<start[f + 1]]`.
+/// Peaks (a track's or a query's) indexed by frame: the peaks of frame f are `bins[first(f)..<first(f + 1)]`, for
+/// the frames the index covers (all of them, or a window of a track around the place being verified).
 struct PeakIndex {
     var bins: [UInt16]
-    /// `start[f]` is the index in `bins` of frame `f`'s first peak. 32 bits: an index is built for every
-    /// candidate a search verifies (64 in a full first search), over the whole track, so its size is memory traffic.
+    /// `start[f - base]` is the index in `bins` of frame `f`'s first peak. 32 bits: its size is memory traffic.
     var start: [UInt32]
+    /// The first frame covered; `first(f)` holds for f in base..<base + start.count.
+    var base: Int
+    /// Frames of the whole track or query (its last peak's frame + 1), whatever the window.
     var frameCount: Int
-    /// `peaks` in frame order.
+    /// `peaks` in frame order, every frame covered (0...frameCount + 1).
     init(_ peaks: [(frame: UInt32, bin: UInt16)]) {
-        frameCount = Int(peaks.last?.frame ?? 0) + 1
-        bins = peaks.map(\.bin)
-        start = [UInt32](repeating: 0, count: frameCount + 2)
-        for p in peaks { start[Int(p.frame) + 1] += 1 }
-        for f in 1..<start.count { start[f] += start[f - 1] }
+        self.init(peaks, frames: 0...(Int(peaks.last?.frame ?? 0) + 2))
     }
+
+    /// `peaks` in frame order, covering frames `window` (clamped to 0...frameCount + 1): a candidate is verified
+    /// over the clip's length, so indexing a few hundred frames of it, not the whole track, is all that is needed.
+    init(_ peaks: [(frame: UInt32, bin: UInt16)], frames window: ClosedRange<Int>) {
+        frameCount = Int(peaks.last?.frame ?? 0) + 1
+        let a = min(max(0, window.lowerBound), frameCount + 1), b = max(a, min(frameCount + 1, window.upperBound))
+        // Peaks before frame a, and before frame b + 1 (peaks are in frame order: binary searches).
+        func before(_ f: Int) -> Int {
+            var lo = 0, hi = peaks.count
+            while lo < hi {
+                let mid = (lo + hi) / 2
+                if Int(peaks[mid].frame) < f { lo = mid + 1 } else { hi = mid }
+            }
+            return lo
+        }
+        let k0 = before(a), k1 = before(b)
+        base = a
+        bins = peaks[k0..<k1].map(\.bin)
+        start = [UInt32](repeating: 0, count: b - a + 1)
+        for p in peaks[k0..<k1] { start[Int(p.frame) - a + 1] += 1 }
+        for i in start.indices.dropFirst() { start[i] += start[i - 1] }
+    }
+
+    /// Index in `bins` of frame `f`'s first peak (`f` inside the window).
+    @inline(__always) func first(_ f: Int) -> Int { Int(start[f - base]) }
 
     /// A signature's peaks, which need not come in frame order.
     init(sortingByFrame peaks: [Peak]) {

@@ -74,6 +74,7 @@ public enum Landmarks {
         var out: [Landmark] = []
         out.reserveCapacity(peaks.count * min(fanout, 8))
         var targets: [(level: Float, index: Int)] = []
+        var strongest: [(level: Float, index: Int)] = []
         // Reference side: a hash repeated within `repeatFrames` (a sustained chord) is stored once.
         // Runs of one hash on both sides would otherwise line up at many offsets and fake a match.
         var lastSeen: [UInt32: UInt32] = [:]
@@ -90,10 +91,7 @@ public enum Landmarks {
                 }
                 j += 1
             }
-            if targets.count > fanout {
-                targets.sort { $0.level > $1.level || ($0.level == $1.level && $0.index < $1.index) }
-                targets.removeLast(targets.count - fanout)
-            }
+            if targets.count > fanout { keepStrongest(&targets, fanout, into: &strongest) }
             func emit(_ h: UInt32) {
                 if suppressRepeats {
                     // Peaks out of frame order (only in a damaged file) wrap around and are never repeats.
@@ -122,5 +120,23 @@ public enum Landmarks {
             }
         }
         return out
+    }
+
+    /// Leaves in `targets` (given in index order) its `count` strongest, by level and then index, in that order: what
+    /// sorting them all and keeping the first `count` gives, in one pass that keeps only the `count` best so far
+    /// (an anchor has a few dozen targets and keeps a few; sorting them all was a tenth of a skew trial's time).
+    private static func keepStrongest(_ targets: inout [(level: Float, index: Int)], _ count: Int,
+                                      into best: inout [(level: Float, index: Int)]) {
+        best.removeAll(keepingCapacity: true)
+        guard count > 0 else { return targets.removeAll(keepingCapacity: true) }
+        for t in targets {
+            // A later target ranks below an earlier one of the same level (indices grow along `targets`).
+            if best.count == count, !(t.level > best[count - 1].level) { continue }
+            var at = best.count
+            while at > 0, t.level > best[at - 1].level { at -= 1 }
+            if best.count == count { best.removeLast() }
+            best.insert(t, at: at)
+        }
+        swap(&targets, &best)
     }
 }

@@ -468,6 +468,30 @@ struct ReverseVerificationTests {
         return -Matcher.log10PoissonTail(k: r.matched, lambda: r.expected)
     }
 
+    @Test("a window of a track's peak index gives the whole index's peaks for every frame it covers, at the track's edges too")
+    func peakIndexWindows() {
+        let peaks = Self.scatter(3000, frames: 1200, seed: 9)
+        let whole = PeakIndex(peaks)
+        #expect(whole.frameCount == Int(peaks.last!.frame) + 1 && whole.base == 0)
+        for window in [0...50, 100...900, -20...10, 1150...1300, 1195...1202, 400...400, -9...(-2), 1300...1400] {
+            let part = PeakIndex(peaks, frames: window)
+            #expect(part.frameCount == whole.frameCount)
+            let covered = max(0, min(window.lowerBound, whole.frameCount + 1))...max(0, min(window.upperBound, whole.frameCount + 1))
+            #expect(part.base == covered.lowerBound && part.start.count == covered.count, "\(window)")
+            for f in covered where f < covered.upperBound {
+                let a = whole.bins[whole.first(f)..<whole.first(f + 1)], b = part.bins[part.first(f)..<part.first(f + 1)]
+                #expect(Array(a) == Array(b), "frame \(f) of \(window)")
+            }
+        }
+        // Reverse verification reads the same through a window as through the whole index.
+        let query = Array(peaks.filter { $0.frame >= 300 && $0.frame < 700 }.map { (frame: $0.frame - 300, bin: $0.bin) })
+        let q = PeakIndex(query)
+        let a = Matcher.reverseVerify(reference: whole, query: q, offset: 300, minBin: Self.minBin, bandCount: Self.bands)
+        let b = Matcher.reverseVerify(reference: PeakIndex(peaks, frames: 301...(300 + q.frameCount)), query: q, offset: 300,
+                                      minBin: Self.minBin, bandCount: Self.bands)
+        #expect(a.matched == b.matched && a.tested == b.tested && a.expected == b.expected && a.matched > 0)
+    }
+
     @Test("a clip holding half of the reference's peaks among three times as many others is found; unrelated peaks are not")
     func buriedPeaks() {
         let reference = Self.scatter(6000, frames: 3000, seed: 1)
