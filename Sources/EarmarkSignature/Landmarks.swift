@@ -131,11 +131,18 @@ public enum Landmarks {
         guard count > 0 else { return targets.removeAll(keepingCapacity: true) }
         for t in targets {
             // A later target ranks below an earlier one of the same level (indices grow along `targets`).
-            if best.count == count, !(t.level > best[count - 1].level) { continue }
-            var at = best.count
-            while at > 0, t.level > best[at - 1].level { at -= 1 }
-            if best.count == count { best.removeLast() }
-            best.insert(t, at: at)
+            if best.count == count {
+                guard t.level > best[count - 1].level else { continue }
+            } else {
+                best.append(t)
+            }
+            // In place of the weakest (or at the end), then moved up past the weaker ones.
+            var at = best.count - 1
+            while at > 0, t.level > best[at - 1].level {
+                best[at] = best[at - 1]
+                at -= 1
+            }
+            best[at] = t
         }
         swap(&targets, &best)
     }

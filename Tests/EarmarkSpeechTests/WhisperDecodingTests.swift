@@ -176,10 +176,8 @@ struct WhisperBeamSearchTests {
             #expect(Self.words(a.text) == Self.words(b.text), "\(stem): float16 \(a.text) / int8 \(b.text)")
             // Logits along the float16 decoding's own tokens (same encoder output in both: the encoder is Float32 in both).
             let window = float16.frontEnd.spectrogram(samples).window(start: 0, length: float16.model.frontEnd.chunkFrames)
-            var greedy = TranscriptionOptions(language: "en", beamSize: 1)
-            greedy.temperatures = [0]
-            let tokens = float16.decode(window: window, language: "en", options: greedy).tokens
-            let quantised = int8.decode(window: window, language: "en", options: greedy).tokens
+            let tokens = float16.decode(window: window, language: "en", options: Self.greedy).tokens
+            let quantised = int8.decode(window: window, language: "en", options: Self.greedy).tokens
             // Greedy decoding: the same text tokens; the timestamps (near-ties 20 ms apart) within 0.1 s.
             let timestampBegin = special.timestampBegin
             #expect(tokens.filter { $0 < timestampBegin } == quantised.filter { $0 < timestampBegin }, "\(stem): \(tokens) / \(quantised)")
@@ -201,16 +199,26 @@ struct WhisperBeamSearchTests {
         print("int8 decoder weights: largest logit difference \(worst) of the largest logit")
     }
 
+    /// Greedy decoding, English, temperature 0 only.
+    static var greedy: TranscriptionOptions {
+        var options = TranscriptionOptions(language: "en", beamSize: 1)
+        options.temperatures = [0]
+        return options
+    }
+
+    /// A recogniser and its greedy decoding of the whole 30-s window of prompt `stem`.
+    static func greedyWindow(_ stem: String) throws -> (WhisperRecognizer, WindowDecoding) {
+        let recognizer = WhisperRecognizer(model: try TestSpeechModel.model())
+        let samples = try SpeechAudio.load(path: try SpeechPrompts.path(stem))
+        let window = recognizer.frontEnd.spectrogram(samples).window(start: 0, length: recognizer.model.frontEnd.chunkFrames)
+        return (recognizer, recognizer.decode(window: window, language: "en", options: greedy))
+    }
+
     @Test("earlier text read in groups (prefill) gives the logits of reading it token by token, and decoding after it still works")
     func prefillMatchesSteps() throws {
-        let recognizer = WhisperRecognizer(model: try TestSpeechModel.model())
+        let (recognizer, decoded) = try Self.greedyWindow("conf-onlyperson")
         let network = recognizer.network, special = recognizer.model.special
         let vocabularySize = recognizer.model.architecture.vocabularySize
-        let samples = try SpeechAudio.load(path: try SpeechPrompts.path("conf-onlyperson"))
-        let window = recognizer.frontEnd.spectrogram(samples).window(start: 0, length: recognizer.model.frontEnd.chunkFrames)
-        var greedy = TranscriptionOptions(language: "en", beamSize: 1)
-        greedy.temperatures = [0]
-        let decoded = recognizer.decode(window: window, language: "en", options: greedy)
         #expect(Self.words(recognizer.model.tokenizer.decode(decoded.tokens)) == Self.words(try SpeechPrompts.transcript("conf-onlyperson")))
         // More than two groups of earlier text (text and time tokens), then the prompt.
         var previous: [Int] = []
@@ -232,21 +240,17 @@ struct WhisperBeamSearchTests {
             #expect(a.indices.max { a[$0] < a[$1] } == b.indices.max { b[$0] < b[$1] })
         }
         // The window decoded after its own text as earlier text still says the same.
-        let again = recognizer.decodeEncodedWindow(language: "en", options: greedy, previous: decoded.tokens)
+        let again = recognizer.decodeEncodedWindow(language: "en", options: Self.greedy, previous: decoded.tokens)
         #expect(Self.words(recognizer.model.tokenizer.decode(again.tokens)) == Self.words(try SpeechPrompts.transcript("conf-onlyperson")))
         #expect(again.noSpeechProbability >= 0 && again.noSpeechProbability < 0.5)
     }
 
     @Test("sequences stepped side by side after a shared prompt (read once for all rows) give the logits of each stepped alone")
     func sharedPrefix() throws {
-        let recognizer = WhisperRecognizer(model: try TestSpeechModel.model())
+        let (recognizer, decoding) = try Self.greedyWindow("agent-alreadyon")
         let network = recognizer.network, special = recognizer.model.special
         let vocabularySize = recognizer.model.architecture.vocabularySize
-        let samples = try SpeechAudio.load(path: try SpeechPrompts.path("agent-alreadyon"))
-        let window = recognizer.frontEnd.spectrogram(samples).window(start: 0, length: recognizer.model.frontEnd.chunkFrames)
-        var greedy = TranscriptionOptions(language: "en", beamSize: 1)
-        greedy.temperatures = [0]
-        let decoded = recognizer.decode(window: window, language: "en", options: greedy).tokens
+        let decoded = decoding.tokens
         try #require(decoded.count >= 8)
         let english = recognizer.model.language(code: "en")!.token
         let prompt = [special.startOfPrevious] + decoded + decoded + [special.startOfTranscript, english, special.transcribe]
