@@ -165,8 +165,10 @@ EARMARK_INLINE EARMARK_AVX2 void int8_block_avx2(const int MR, const int NR, lon
     for (; p + 16 <= end; p += 16) {
         __m256i wv[4];
         for (int c = 0; c < NR; c++) {
-            // 512 bytes ahead along each weight row (as the float16 kernel's 1 kB: the same number of inputs ahead).
-            _mm_prefetch((const char *)((uintptr_t)(w + c * ldw + p) + 512), _MM_HINT_T0);
+            // The same inputs of the next block's weight rows, as the AVX-512 code does. 512 bytes ahead along the row
+            // fell in the block being read when rows are 512 bytes (the decoder's k = 512: the vocabulary projection's
+            // 26 MB of weights), so they came from memory unannounced.
+            _mm_prefetch((const char *)((uintptr_t)(w + c * ldw + p) + (uintptr_t)(NR * ldw)), _MM_HINT_T0);
             wv[c] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + c * ldw + p)));
         }
         for (int r = 0; r < MR; r++) {
