@@ -833,8 +833,8 @@ public final class Matcher {
         let hi = min(frameCount - 1, Int(query.last?.frame ?? 0) + offset + 1)
         guard lo <= hi else { return (0, 0, 0) }
         // The frames read: the window above and each query peak's ±1 frame (the peaks need not be in frame order).
-        var (earliest, latest) = (Int(query.first?.frame ?? 0), Int(query.last?.frame ?? 0))
-        for q in query { (earliest, latest) = (min(earliest, Int(q.frame)), max(latest, Int(q.frame))) }
+        let frames = query.lazy.map { Int($0.frame) }
+        let earliest = frames.min() ?? 0, latest = frames.max() ?? 0
         let ref = PeakIndex(peaks, frames: min(lo, earliest + offset - 1)...max(hi + 1, latest + offset + 2))
         // Chance is judged from the reference's own peak density per bin in the aligned window, so a
         // sustained note or a shared key (locally dense bins) earns no credit.
@@ -996,7 +996,7 @@ struct PeakIndex {
     init(_ peaks: [(frame: UInt32, bin: UInt16)], frames window: ClosedRange<Int>) {
         frameCount = Int(peaks.last?.frame ?? 0) + 1
         let a = min(max(0, window.lowerBound), frameCount + 1), b = max(a, min(frameCount + 1, window.upperBound))
-        // Peaks before frame a, and before frame b + 1 (peaks are in frame order: binary searches).
+        // Peaks before frame a and before frame b (peaks are in frame order: binary searches).
         func before(_ f: Int) -> Int {
             var lo = 0, hi = peaks.count
             while lo < hi {
